@@ -1,0 +1,27 @@
+"""Pure tensor math for RLHF (torch only): masking, KL, rewards, GAE, losses, stats."""
+
+from tether.algos.gae import gae_advantages
+from tether.algos.kl import KL_KINDS, kl_estimate, kl_k1, kl_k2, kl_k3
+from tether.algos.kl_control import AdaptiveKLController, FixedKLController
+from tether.algos.logprobs import token_logprobs
+from tether.algos.losses import (
+    PolicyLossOutput,
+    ValueLossOutput,
+    bradley_terry_loss,
+    clipped_surrogate,
+    entropy_from_logits,
+    ppo_policy_loss,
+    sft_loss,
+    value_loss,
+)
+from tether.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from tether.algos.rewards import last_token_index, shape_rewards
+from tether.algos.stats import RunningMoments, explained_variance, repetition_rate
+
+__all__ = [
+    "KL_KINDS", "AdaptiveKLController", "FixedKLController", "PolicyLossOutput", "RunningMoments",
+    "ValueLossOutput", "bradley_terry_loss", "clipped_surrogate", "entropy_from_logits",
+    "explained_variance", "gae_advantages", "kl_estimate", "kl_k1", "kl_k2", "kl_k3",
+    "last_token_index", "masked_mean", "masked_sum", "masked_var", "masked_whiten",
+    "ppo_policy_loss", "repetition_rate", "sft_loss", "shape_rewards", "token_logprobs", "value_loss",
+]

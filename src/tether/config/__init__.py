@@ -1,0 +1,16 @@
+"""Typed config trees, YAML presets and dotted overrides."""
+
+from tether.config.base import describe, from_dict, load_config, replace, save_config, to_dict
+from tether.config.stages import PPOConfig, RewardModelConfig, SFTConfig
+
+__all__ = [
+    "PPOConfig",
+    "RewardModelConfig",
+    "SFTConfig",
+    "describe",
+    "from_dict",
+    "load_config",
+    "replace",
+    "save_config",
+    "to_dict",
+]

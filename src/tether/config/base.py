@@ -1,0 +1,263 @@
+"""Typed config machinery: dataclass trees, YAML presets, dotted overrides, validation.
+
+A config is a tree of frozen dataclasses. Every field is declared with :func:`option`, which
+carries the help text and the constraint, so one declaration gives the default, the
+documentation (``tether sft --help``) and the validation error.
+
+    load_config(SFTConfig, "configs/demo/sft.yaml", ["optim.lr=1e-4"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tether.errors import ConfigError
+
+_MISSING = dataclasses.MISSING
+
+
+def option(
+    default: Any = _MISSING,
+    help: str = "",
+    *,
+    choices: tuple | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    factory: Any = None,
+) -> Any:
+    """Declare a config field with its help text and constraint."""
+    meta = {"help": help, "choices": choices, "ge": ge, "gt": gt, "le": le, "lt": lt}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def section(cls: type, help: str = "") -> Any:
+    """Declare a nested config block."""
+    return dataclasses.field(default_factory=cls, metadata={"help": help})
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_config(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _unknown_key(key: str, valid: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f" Did you mean '{where}{close[0]}'?" if close else ""
+    return ConfigError(
+        f"Unknown config key '{where}{key}'.{hint} Valid keys here: {', '.join(sorted(valid))}."
+    )
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted where floats are."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"Config key '{key}' = {value!r}: expected {_type_name(tp)}.")
+    if origin is typing.Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(
+                f"Config key '{key}' = {value!r}: expected one of {list(typing.get_args(tp))}."
+            )
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"Config key '{key}' = {value!r}: expected a list.")
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        items = [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if tp is Any:
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"Config key '{key}' = {value!r}: expected a number.")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"Config key '{key}' = {value!r}: expected an integer.")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"Config key '{key}' = {value!r}: expected true or false.")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"Config key '{key}' = {value!r}: expected a string.")
+        return value
+    if tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"Config key '{key}' = {value!r}: expected a mapping.")
+        return value
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _check_range(value: Any, meta: dict, key: str) -> None:
+    if value is None:
+        return
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"Config key '{key}' = {value!r}: expected one of {list(choices)}.")
+    for name, ok, word in (
+        ("ge", lambda v, b: v >= b, ">="),
+        ("gt", lambda v, b: v > b, ">"),
+        ("le", lambda v, b: v <= b, "<="),
+        ("lt", lambda v, b: v < b, "<"),
+    ):
+        bound = meta.get(name)
+        if bound is not None and isinstance(value, (int, float)) and not ok(value, bound):
+            raise ConfigError(f"Config key '{key}' = {value!r}: must be {word} {bound}.")
+
+
+def from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
+    """Build the dataclass ``cls`` from a nested dict, validating every key and value."""
+    data = dict(data or {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config block '{prefix.rstrip('.') or '<root>'}' must be a mapping.")
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            raise _unknown_key(key, list(fields), prefix)
+    kwargs = {}
+    for name, f in fields.items():
+        tp = hints[name]
+        key = prefix + name
+        if _is_config(tp):
+            sub = data.get(name)
+            if sub is not None and not isinstance(sub, dict):
+                raise ConfigError(f"Config key '{key}' must be a mapping of sub-keys.")
+            kwargs[name] = from_dict(tp, sub, key + ".")
+        elif name in data:
+            value = _coerce(data[name], tp, key)
+            _check_range(value, f.metadata, key)
+            kwargs[name] = value
+    obj = cls(**kwargs)
+    check = getattr(obj, "validate", None)
+    if check is not None:
+        check()
+    return obj
+
+
+def to_dict(obj: Any) -> dict:
+    """The config as plain nested dicts (YAML-safe)."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out[f.name] = to_dict(value)
+        elif isinstance(value, tuple):
+            out[f.name] = list(value)
+        else:
+            out[f.name] = value
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``'ppo.kl.target=6'`` -> (['ppo', 'kl', 'target'], 6). Values are parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"Override '{text}' is not of the form key.path=value.")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"Override '{text}' has an empty key.")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def merge_override(data: dict, path: list[str], value: Any) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[path[-1]] = value
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"Config file '{path}' does not exist.")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ConfigError(f"Config file '{path}' is not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file '{path}' must hold a mapping at the top level.")
+    return data
+
+
+def load_config(cls: type, path: str | Path | None = None, overrides: list[str] = ()) -> Any:
+    """Preset YAML (optional) + dotted overrides -> validated, frozen config of type ``cls``."""
+    data = read_yaml(path) if path else {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        merge_override(data, keys, value)
+    return from_dict(cls, data)
+
+
+def save_config(cfg: Any, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """Rows of (dotted key, default, help) for every leaf field, for ``--help``."""
+    rows = []
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if _is_config(tp):
+            rows.extend(describe(tp, prefix + f.name + "."))
+            continue
+        if f.default is not _MISSING:
+            default = f.default
+        elif f.default_factory is not _MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = "(required)"
+        rows.append((prefix + f.name, repr(default), f.metadata.get("help", "")))
+    return rows
+
+
+def replace(cfg: Any, overrides: dict[str, Any]) -> Any:
+    """A copy of ``cfg`` with dotted-key overrides applied and re-validated."""
+    data = to_dict(cfg)
+    for key, value in overrides.items():
+        merge_override(data, key.split("."), value)
+    return from_dict(type(cfg), data)

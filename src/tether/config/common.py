@@ -1,0 +1,97 @@
+"""Config blocks shared by every stage: the run, the model, the optimiser, the data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tether.config.base import option
+from tether.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where a run writes and how it is seeded."""
+
+    out: str = option("runs/run", "Run directory: resolved config, metrics.jsonl, checkpoints.")
+    seed: int = option(0, "Seed for python, numpy and torch RNGs (data order, init, sampling).")
+    threads: int = option(
+        0, "torch CPU threads; 0 keeps torch's default. Use 1 beside other busy processes.", ge=0
+    )
+    log_every: int = option(10, "Write a metrics line every this many optimiser steps.", ge=1)
+    overwrite: bool = option(
+        False, "Allow writing into a directory that already holds a different run."
+    )
+    progress: bool = option(True, "Show a progress bar on stderr.")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model by Hugging Face hub id or local path."""
+
+    name_or_path: str = option("", "Hub id (e.g. Qwen/Qwen2.5-0.5B) or local checkpoint directory.")
+    tokenizer: str | None = option(None, "Tokenizer id or path; default: same as the model.")
+    dtype: Literal["float32", "bfloat16", "float16"] = option(
+        "float32", "Weights dtype. bfloat16 halves memory on GPUs and recent CPUs."
+    )
+    chat_template: Literal["auto", "always", "never"] = option(
+        "auto",
+        "Format prompts with the tokenizer's chat template: auto = when it has one.",
+    )
+    trust_remote_code: bool = option(False, "Passed to from_pretrained (custom model code).")
+
+    def validate(self) -> None:
+        if not self.name_or_path:
+            raise ConfigError(
+                "Config key 'model.name_or_path' is empty: expected a hub id or a local path."
+            )
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warm-up then a decay schedule."""
+
+    lr: float = option(1e-5, "Peak learning rate.", gt=0)
+    weight_decay: float = option(0.0, "AdamW decoupled weight decay.", ge=0)
+    beta1: float = option(0.9, "AdamW beta1.", ge=0, lt=1)
+    beta2: float = option(0.999, "AdamW beta2.", ge=0, lt=1)
+    eps: float = option(1e-8, "AdamW epsilon.", gt=0)
+    warmup_steps: int = option(0, "Linear warm-up from 0 to lr over this many steps.", ge=0)
+    schedule: Literal["cosine", "linear", "constant"] = option(
+        "cosine", "Decay after warm-up: cosine/linear to min_lr_ratio*lr, or constant."
+    )
+    min_lr_ratio: float = option(0.1, "Final lr as a fraction of the peak.", ge=0, le=1)
+    max_grad_norm: float | None = option(1.0, "Clip the global gradient norm; null = off.", gt=0)
+    batch_size: int = option(32, "Examples per optimiser step (after accumulation).", ge=1)
+    grad_accum_steps: int = option(
+        1, "Split each batch into this many micro-batches (same maths, less memory).", ge=1
+    )
+
+    def validate(self) -> None:
+        if self.batch_size % self.grad_accum_steps:
+            raise ConfigError(
+                f"Config key 'optim.grad_accum_steps' = {self.grad_accum_steps}: must divide "
+                f"optim.batch_size = {self.batch_size}."
+            )
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Training and evaluation data: a local jsonl/json/parquet file or a hub dataset name."""
+
+    train: str = option("", "Training data: local file or hub dataset name (name[:subset]).")
+    train_split: str = option("train", "Split of a hub dataset for training.")
+    eval: str | None = option(None, "Held-out data; default: a slice of the training data.")
+    eval_split: str = option("test", "Split of a hub dataset for evaluation.")
+    eval_size: int = option(
+        256, "Rows held out from training when no eval set is given (0 = no evaluation).", ge=0
+    )
+    max_length: int = option(512, "Maximum tokens of prompt + response.", ge=2)
+    on_long: Literal["truncate", "drop", "error"] = option(
+        "truncate", "Over-long examples: truncate the response, drop the row, or stop."
+    )
+    max_rows: int | None = option(None, "Use at most this many training rows.", ge=1)
+
+    def validate(self) -> None:
+        if not self.train:
+            raise ConfigError("Config key 'data.train' is empty: expected a file or dataset name.")

@@ -1,0 +1,196 @@
+"""One config tree per stage: SFT, reward model, PPO. Every field documents itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tether.config.base import option, section
+from tether.config.common import DataConfig, ModelConfig, OptimConfig, RunConfig
+from tether.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Supervised fine-tuning on demonstrations; loss on response tokens only."""
+
+    run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
+    model: ModelConfig = section(ModelConfig, "The base causal LM to fine-tune.")
+    data: DataConfig = section(DataConfig, "Demonstrations: `messages` or `prompt`/`completion`.")
+    optim: OptimConfig = section(OptimConfig, "Optimiser and schedule.")
+    epochs: float = option(1.0, "Passes over the training data (fractions allowed).", gt=0)
+    max_steps: int | None = option(None, "Stop after this many optimiser steps (overrides epochs).", ge=1)
+    eval_every: int = option(200, "Evaluate held-out loss every this many steps.", ge=1)
+    keep_dropout: bool = option(False, "Keep the model's dropout (off by default: RLHF practice).")
+
+
+@dataclass(frozen=True)
+class RewardModelConfig:
+    """Bradley-Terry reward model: a scalar head on the SFT backbone."""
+
+    run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
+    model: ModelConfig = section(ModelConfig, "Initial weights, normally the SFT checkpoint.")
+    data: DataConfig = section(
+        DataConfig, "Pairs: prompt/chosen/rejected, or HH-RLHF chosen/rejected conversations."
+    )
+    optim: OptimConfig = section(OptimConfig, "Optimiser and schedule.")
+    epochs: float = option(1.0, "Passes over the pairs; one is the norm for real models.", gt=0)
+    max_steps: int | None = option(None, "Stop after this many optimiser steps (overrides epochs).", ge=1)
+    eval_every: int = option(200, "Evaluate held-out accuracy every this many steps.", ge=1)
+    margin_field: str | None = option(
+        None, "Row field holding a margin m: loss -log sigmoid(r_c - r_r - m) (Llama 2)."
+    )
+    on_identical: Literal["error", "skip"] = option(
+        "skip", "Pairs whose chosen equals rejected: skip and count them, or stop."
+    )
+    normalize: bool = option(
+        True, "Store an offset so held-out responses score 0 on average (fixes the gauge)."
+    )
+    head_init_std: float = option(0.02, "Std of the fresh scalar head's weights.", gt=0)
+    keep_dropout: bool = option(False, "Keep the model's dropout (off by default).")
+
+
+@dataclass(frozen=True)
+class RewardSourceConfig:
+    """Where PPO's sequence score comes from."""
+
+    models: list[str] = option(
+        factory=list, help="Reward model checkpoints; several make an ensemble."
+    )
+    callable: str | None = option(
+        None, "A python reward `module:function(prompts, responses) -> list[float]` instead."
+    )
+    combine: Literal["mean", "min", "mean_minus_std"] = option(
+        "mean", "How an ensemble's scores combine ('trust only the consensus')."
+    )
+    std_coef: float = option(1.0, "k in mean - k*std for combine=mean_minus_std.", ge=0)
+    normalize: Literal["none", "first_batch", "running"] = option(
+        "none", "Scale scores by the first rollout's or a running mean/std."
+    )
+    clip: float | None = option(None, "Clip the (normalised) score to [-clip, clip].", gt=0)
+    eos_penalty: float | None = option(
+        -1.0, "Score given to responses that never emitted EOS; null = keep the RM score."
+    )
+
+    def validate(self) -> None:
+        if not self.models and not self.callable:
+            raise ConfigError(
+                "Config block 'reward' needs 'reward.models' (checkpoints) or 'reward.callable'."
+            )
+        if self.models and self.callable:
+            raise ConfigError("Config block 'reward': set 'reward.models' or 'reward.callable', not both.")
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    """The value model."""
+
+    init: Literal["reward", "policy"] = option(
+        "reward", "Start from the reward model (its head) or the SFT model with a fresh head."
+    )
+    path: str | None = option(None, "Explicit checkpoint; default: first reward model or the policy.")
+    lr: float = option(2e-4, "Critic learning rate.", gt=0)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Sampling responses from the actor."""
+
+    batch_size: int = option(64, "Prompts per PPO iteration (one response each).", ge=1)
+    max_new_tokens: int = option(64, "Response length cap.", ge=1)
+    min_new_tokens: int = option(0, "Forbid EOS before this many tokens.", ge=0)
+    temperature: float = option(1.0, "Sampling temperature; log-probs use the same one.", gt=0)
+    top_k: int = option(0, "Top-k filtering (0 = off).", ge=0)
+    top_p: float = option(1.0, "Nucleus filtering (1 = off).", gt=0, le=1)
+    max_prompt_length: int = option(256, "Prompts longer than this are dropped (and counted).", ge=1)
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    """The KL leash to the reference model: one explicit block."""
+
+    estimator: Literal["k1", "k2", "k3"] = option("k1", "Per-token KL estimator used for training.")
+    placement: Literal["reward", "loss"] = option(
+        "reward", "Subtract beta*KL in the per-token reward, or add it to the policy loss."
+    )
+    controller: Literal["fixed", "adaptive"] = option("fixed", "Fixed beta or adaptive (target KL).")
+    coef: float = option(0.05, "beta; the initial value when adaptive.", ge=0)
+    target: float = option(6.0, "Adaptive: target KL per sequence (nats).", gt=0)
+    horizon: int = option(10000, "Adaptive: horizon in episodes.", ge=1)
+
+
+@dataclass(frozen=True)
+class PPOAlgoConfig:
+    """The PPO update."""
+
+    iterations: int = option(100, "PPO iterations (rollout + update).", ge=1)
+    epochs: int = option(4, "Passes over each rollout batch.", ge=1)
+    minibatch_size: int = option(64, "Episodes per optimiser step.", ge=1)
+    grad_accum_steps: int = option(1, "Micro-batches per minibatch (memory only).", ge=1)
+    clip: float = option(0.2, "Policy ratio clip epsilon.", gt=0)
+    value_clip: float | None = option(0.2, "Value clip range around old values; null = off.", gt=0)
+    vf_coef: float = option(0.1, "Value-loss coefficient.", gt=0)
+    entropy_coef: float = option(0.0, "Entropy bonus coefficient.", ge=0)
+    gamma: float = option(1.0, "Discount.", ge=0, le=1)
+    lam: float = option(0.95, "GAE lambda.", ge=0, le=1)
+    whiten_advantages: bool = option(True, "Whiten advantages over the batch.")
+    target_approx_kl: float | None = option(
+        None, "Stop an iteration's epochs early when approx-KL to the rollout policy exceeds this.", gt=0
+    )
+    critic_warmup_iters: int = option(0, "First K iterations train only the critic.", ge=0)
+    actor_lr: float = option(1e-5, "Actor learning rate.", gt=0)
+    warmup_steps: int = option(0, "Linear LR warm-up in optimiser steps (both models).", ge=0)
+    max_grad_norm: float | None = option(1.0, "Gradient clipping; null = off.", gt=0)
+    weight_decay: float = option(0.0, "AdamW weight decay.", ge=0)
+    ratio_tolerance: float = option(
+        1e-3, "Invariant: |ratio - 1| on the first minibatch must stay below this.", gt=0
+    )
+    on_invariant: Literal["warn", "error"] = option(
+        "warn", "What a broken invariant (ratio, k3 < 0) does: warn or stop."
+    )
+
+    def validate(self) -> None:
+        if self.minibatch_size % self.grad_accum_steps:
+            raise ConfigError(
+                f"Config key 'ppo.grad_accum_steps' = {self.grad_accum_steps}: must divide "
+                f"ppo.minibatch_size = {self.minibatch_size}."
+            )
+
+
+@dataclass(frozen=True)
+class PPOEvalConfig:
+    """Held-out evaluation during and after PPO."""
+
+    prompts: str | None = option(None, "Held-out prompts file; null = no evaluation.")
+    every: int = option(0, "Evaluate every this many iterations (0 = only at the end).", ge=0)
+    max_prompts: int = option(128, "Use at most this many held-out prompts.", ge=1)
+    judge: str | None = option(None, "Gold judge `module:function(prompt, response, ended)`.")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO-RLHF: actor, reference, reward, critic."""
+
+    run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
+    model: ModelConfig = section(ModelConfig, "The actor's initial weights: the SFT checkpoint.")
+    reference: str | None = option(None, "Reference checkpoint; default: model.name_or_path.")
+    prompts: str = option("", "Prompt data: `prompt` (string or messages) or `messages` rows.")
+    prompts_split: str = option("train", "Split of a hub prompt dataset.")
+    reward: RewardSourceConfig = section(RewardSourceConfig, "The reward source.")
+    critic: CriticConfig = section(CriticConfig, "The value model.")
+    rollout: RolloutConfig = section(RolloutConfig, "Sampling.")
+    kl: KLConfig = section(KLConfig, "The KL penalty to the reference.")
+    ppo: PPOAlgoConfig = section(PPOAlgoConfig, "The PPO update.")
+    eval: PPOEvalConfig = section(PPOEvalConfig, "Held-out evaluation.")
+
+    def validate(self) -> None:
+        if not self.prompts:
+            raise ConfigError("Config key 'prompts' is empty: expected a prompt file or dataset.")
+        if self.rollout.batch_size % self.ppo.minibatch_size:
+            raise ConfigError(
+                f"Config key 'ppo.minibatch_size' = {self.ppo.minibatch_size}: must divide "
+                f"rollout.batch_size = {self.rollout.batch_size}."
+            )
+
+
+__all__ = ["SFTConfig", "RewardModelConfig", "PPOConfig"]

@@ -1,0 +1,30 @@
+"""Dataset layer: load raw records, validate them into examples, tokenize and collate."""
+
+from tether.data.records import Record, load_records
+from tether.data.schemas import (
+    PreferenceExample,
+    Prompt,
+    PromptExample,
+    SFTExample,
+    preference_examples,
+    prompt_examples,
+    sft_examples,
+)
+from tether.data.templates import encode_prompt, encode_response, prompt_text, use_chat_template
+from tether.data.tokenize import (
+    TokenizedPreference,
+    TokenizedSFT,
+    collate_left,
+    collate_right,
+    tokenize_preference,
+    tokenize_sft,
+)
+
+__all__ = [
+    "Record", "load_records",
+    "Prompt", "SFTExample", "PreferenceExample", "PromptExample",
+    "sft_examples", "preference_examples", "prompt_examples",
+    "use_chat_template", "encode_prompt", "encode_response", "prompt_text",
+    "TokenizedSFT", "TokenizedPreference", "tokenize_sft", "tokenize_preference",
+    "collate_right", "collate_left",
+]

@@ -1,0 +1,92 @@
+"""Pieces every training loop shares: optimiser, schedule, batches, finite checks, final save."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from tether.errors import TrainingError
+from tether.runs import MANIFEST, atomic_write_dir
+
+
+def make_optimizer(model, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999), eps=1e-8):
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
+
+
+def make_scheduler(optimizer, schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float):
+    """transformers' schedulers: linear warm-up, then cosine-to-min / linear-to-0 / constant."""
+    from transformers import get_scheduler
+
+    if schedule == "cosine":
+        return get_scheduler(
+            "cosine_with_min_lr",
+            optimizer,
+            num_warmup_steps=warmup_steps,
+            num_training_steps=max(total_steps, 1),
+            scheduler_specific_kwargs={"min_lr_rate": min_lr_ratio},
+        )
+    name = {"linear": "linear", "constant": "constant_with_warmup"}[schedule]
+    return get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=max(total_steps, 1))
+
+
+def batch_indices(n: int, batch_size: int, total_steps: int, generator: torch.Generator):
+    """Yield ``total_steps`` index batches, reshuffling each epoch (the last partial batch is kept)."""
+    step = 0
+    while True:
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, n, batch_size):
+            if step == total_steps:
+                return
+            yield order[start : start + batch_size]
+            step += 1
+
+
+def check_finite(name: str, value: torch.Tensor, where: str) -> None:
+    """Stop with a message naming the quantity and the step instead of training on NaN."""
+    if not torch.isfinite(value).all():
+        raise TrainingError(
+            f"Non-finite {name} at {where}. Lower the learning rate, check the data for "
+            "empty responses, or enable gradient clipping; no checkpoint was written."
+        )
+
+
+def grad_norm_and_clip(model, max_norm: float | None, where: str) -> float:
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else float("inf"))
+    check_finite("gradient norm", norm, where)
+    return float(norm)
+
+
+def progress(total: int, desc: str, enabled: bool):
+    return tqdm(total=total, desc=desc, disable=not enabled, file=sys.stderr, dynamic_ncols=True, leave=False)
+
+
+def save_final(out: str | Path, model, tokenizer, meta: dict | None = None) -> None:
+    """Put a ``save_pretrained`` checkpoint at the root of the run directory.
+
+    The files are staged atomically, the old manifest removed first and the new one written
+    last, so ``tether_checkpoint.json`` present means the checkpoint at ``out`` is whole.
+    """
+    out = Path(out)
+    (out / MANIFEST).unlink(missing_ok=True)
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    staged = atomic_write_dir(out / ".final-staging", write, meta)
+    for path in sorted(staged.iterdir(), key=lambda p: p.name == MANIFEST):
+        os.replace(path, out / path.name)
+    staged.rmdir()
+
+
+def steps_for(n_examples: int, batch_size: int, epochs: float, max_steps: int | None) -> int:
+    if max_steps:
+        return max_steps
+    return max(1, math.ceil(epochs * n_examples / batch_size))

@@ -1,0 +1,149 @@
+"""Build the four PPO roles, the prompt set and the score normaliser from a :class:`PPOConfig`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from tether.algos import AdaptiveKLController, FixedKLController, RunningMoments
+from tether.config import PPOConfig
+from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
+from tether.errors import DataError, ModelError
+from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
+from tether.roles import (
+    CallableReward,
+    CriticRole,
+    EnsembleReward,
+    ModelReward,
+    PolicyRole,
+    RewardSource,
+    import_callable,
+)
+from tether.rollout import HFGenerationEngine, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Roles:
+    actor: PolicyRole
+    reference: PolicyRole
+    critic: CriticRole
+    reward: RewardSource
+    tokenizer: object
+    engine: HFGenerationEngine
+
+
+def _same_vocab(tok_a, tok_b, name: str) -> None:
+    if tok_a.get_vocab() != tok_b.get_vocab():
+        raise ModelError(
+            f"The {name} uses a different tokenizer from the policy; tether scores token ids "
+            "directly, so the reward model and critic must share the policy's tokenizer."
+        )
+
+
+def build_reward(cfg: PPOConfig, tokenizer) -> RewardSource:
+    """A reward model, an ensemble of them, or a python callable (``reward.callable``)."""
+    rcfg = cfg.reward
+    if rcfg.callable:
+        return CallableReward(import_callable(rcfg.callable), rcfg.callable)
+    members = []
+    for path in rcfg.models:
+        _same_vocab(tokenizer, load_tokenizer(path), f"reward model '{path}'")
+        members.append(ModelReward(load_scalar_model(path, tokenizer, cfg.model.dtype), path))
+    if len(members) == 1:
+        return members[0]
+    return EnsembleReward(members, rcfg.combine, rcfg.std_coef)
+
+
+def build_roles(cfg: PPOConfig) -> Roles:
+    policy_path = cfg.model.name_or_path
+    tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path)
+    load = dict(tokenizer=tokenizer, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
+    actor_model = load_causal_lm(policy_path, **load)
+    reference_model = load_causal_lm(cfg.reference or policy_path, **load)
+    reward = build_reward(cfg, tokenizer)
+    if cfg.critic.path:
+        critic_path, head_std = cfg.critic.path, None
+    elif cfg.critic.init == "reward" and cfg.reward.models:
+        # Critic from the RM: its head already predicts the final score (Ouyang et al. 2022, sec. 3.5).
+        critic_path, head_std = cfg.reward.models[0], None
+    else:
+        critic_path, head_std = policy_path, 0.02
+    critic_model = load_scalar_model(critic_path, head_init_std=head_std, **load)
+    temperature = cfg.rollout.temperature
+    return Roles(
+        actor=PolicyRole(actor_model, temperature, trainable=True),
+        reference=PolicyRole(reference_model, temperature, trainable=False),
+        critic=CriticRole(critic_model),
+        reward=reward,
+        tokenizer=tokenizer,
+        engine=HFGenerationEngine(actor_model, tokenizer),
+    )
+
+
+@dataclass
+class PromptSet:
+    ids: list[list[int]]  # token ids per prompt, chat template applied
+    texts: list[str]  # plain text per prompt, for judges and logs
+    dropped_long: int
+
+
+def load_prompt_set(source: str, split: str, tokenizer, chat_template: str, max_length: int, limit: int | None = None) -> PromptSet:
+    examples = prompt_examples(load_records(source, split))
+    if limit:
+        examples = examples[:limit]
+    ids, texts, dropped = [], [], 0
+    for ex in examples:
+        encoded = encode_prompt(ex.prompt, tokenizer, chat_template)
+        if len(encoded) > max_length:
+            dropped += 1
+            continue
+        ids.append(encoded)
+        texts.append(prompt_text(ex.prompt))
+    if not ids:
+        raise DataError(f"'{source}': no prompt is within rollout.max_prompt_length={max_length} tokens.")
+    return PromptSet(ids, texts, dropped)
+
+
+def sampling_params(cfg: PPOConfig) -> SamplingParams:
+    r = cfg.rollout
+    return SamplingParams(r.max_new_tokens, r.min_new_tokens, r.temperature, r.top_k, r.top_p)
+
+
+def kl_controller(cfg: PPOConfig):
+    k = cfg.kl
+    if k.controller == "adaptive":
+        return AdaptiveKLController(k.coef, k.target, k.horizon)
+    return FixedKLController(k.coef)
+
+
+class ScoreNormalizer:
+    """Scale scores by the first batch's (``first_batch``) or a running (``running``) mean/std."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.moments = RunningMoments()
+        self.frozen: tuple[float, float] | None = None
+
+    def __call__(self, scores: torch.Tensor) -> torch.Tensor:
+        if self.mode == "none":
+            return scores
+        if self.mode == "first_batch":
+            if self.frozen is None:
+                std = float(scores.std()) if scores.numel() > 1 else 1.0
+                self.frozen = (float(scores.mean()), std if std > 1e-6 else 1.0)
+            mean, std = self.frozen
+        else:
+            self.moments.update(scores)
+            mean, std = self.moments.mean, max(self.moments.std, 1e-6)
+        return (scores - mean) / std
+
+    def state_dict(self) -> dict:
+        return {"mode": self.mode, "frozen": self.frozen, "moments": self.moments.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.frozen = tuple(state["frozen"]) if state["frozen"] is not None else None
+        self.moments.load_state_dict(state["moments"])

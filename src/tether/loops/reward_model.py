@@ -1,0 +1,178 @@
+"""Stage 2: a Bradley-Terry reward model, a scalar head on the SFT backbone.
+
+Loss −log σ(r_chosen − r_rejected − m) (Ouyang et al. 2022 eq. 1; margin m from Touvron et
+al. 2023 sec. 3.2.2). The score is read at the last real token of prompt+response. After
+training, the mean score of held-out responses is stored as ``config.score_offset`` and
+subtracted by tether's reward role: BT only identifies rewards up to a constant (the gauge).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from tether.algos import bradley_terry_loss
+from tether.config import RewardModelConfig
+from tether.data import collate_right, load_records, preference_examples, tokenize_preference
+from tether.errors import DataError
+from tether.loops.common import (
+    batch_indices,
+    check_finite,
+    grad_norm_and_clip,
+    make_optimizer,
+    make_scheduler,
+    progress,
+    save_final,
+    steps_for,
+)
+from tether.loops.sft import split_holdout
+from tether.metrics import MetricsLogger
+from tether.models import load_scalar_model, load_tokenizer
+from tether.models.forward import last_token_scores
+from tether.runs import prepare_run_dir, seed_everything, set_threads
+
+log = logging.getLogger(__name__)
+
+
+def pair_scores(model, pairs: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw scores (B,), (B,) of chosen and rejected, in one forward over 2B sequences."""
+    seqs = [p.prompt_ids + p.chosen_ids for p in pairs] + [p.prompt_ids + p.rejected_ids for p in pairs]
+    batch = collate_right(seqs, pad_id)
+    scores = last_token_scores(model, batch["input_ids"], batch["attention_mask"])
+    return scores[: len(pairs)], scores[len(pairs) :]
+
+
+def load_pairs(cfg: RewardModelConfig, tokenizer):
+    data = cfg.data
+
+    def read(source, split):
+        records = load_records(source, split)
+        examples, counts = preference_examples(records, cfg.on_identical)
+        margins = None
+        if cfg.margin_field:
+            by_row = {rec.row: rec for rec in records}
+            margins = [_margin(by_row[ex.row], cfg.margin_field) for ex in examples]
+        return examples, counts, margins
+
+    train, counts, margins = read(data.train, data.train_split)
+    if data.max_rows:
+        train = train[: data.max_rows]
+        margins = margins[: data.max_rows] if margins else None
+    if data.eval:
+        evals, _, _ = read(data.eval, data.eval_split)
+    else:
+        idx = list(range(len(train)))
+        keep, held = split_holdout(idx, data.eval_size, cfg.run.seed)
+        evals = [train[i] for i in held]
+        margins = [margins[i] for i in keep] if margins else None
+        train = [train[i] for i in keep]
+
+    def encode(examples, margin_list):
+        out, kept_margins = [], []
+        for i, ex in enumerate(examples):
+            tok = tokenize_preference(ex, tokenizer, data.max_length, cfg.model.chat_template, data.on_long)
+            if tok is not None:
+                out.append(tok)
+                kept_margins.append(margin_list[i] if margin_list else 0.0)
+        return out, kept_margins, len(examples) - len(out)
+
+    train_tok, train_margins, dropped = encode(train, margins)
+    eval_tok, _, _ = encode(evals, None)
+    if not train_tok:
+        raise DataError(f"'{data.train}': no usable preference pairs after tokenization.")
+    counts = {**counts, "dropped_long": dropped}
+    return train_tok, train_margins, eval_tok, counts
+
+
+def _margin(record, field: str) -> float:
+    value = record.data.get(field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataError(
+            f"{record.source}, row {record.row}: field '{field}' (margin_field) = {value!r}; "
+            "expected a number (the preference margin m)."
+        )
+    return float(value)
+
+
+@torch.no_grad()
+def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: float = 0.0) -> dict:
+    """Held-out pairwise accuracy, mean margin r_c − r_r, and the mean response score."""
+    model.eval()
+    chosen, rejected = [], []
+    for start in range(0, len(pairs), batch_size):
+        c, r = pair_scores(model, pairs[start : start + batch_size], pad_id)
+        chosen.append(c)
+        rejected.append(r)
+    model.train()
+    c, r = torch.cat(chosen), torch.cat(rejected)
+    return {
+        "eval/accuracy": float((c > r).float().mean()),
+        "eval/margin": float((c - r).mean()),
+        "eval/score_mean": float(torch.cat([c, r]).mean()) - offset,
+        "eval/loss": float(bradley_terry_loss(c, r)),
+    }
+
+
+def run_reward_model(cfg: RewardModelConfig) -> dict:
+    """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
+    set_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite)
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
+    model = load_scalar_model(
+        cfg.model.name_or_path, tokenizer, cfg.model.dtype, cfg.keep_dropout,
+        head_init_std=cfg.head_init_std, trust_remote_code=cfg.model.trust_remote_code,
+    )
+    model.config.score_offset = 0.0
+    train, margins, evals, counts = load_pairs(cfg, tokenizer)
+    opt = cfg.optim
+    total_steps = steps_for(len(train), opt.batch_size, cfg.epochs, cfg.max_steps)
+    optimizer = make_optimizer(model, opt.lr, opt.weight_decay, (opt.beta1, opt.beta2), opt.eps)
+    scheduler = make_scheduler(optimizer, opt.schedule, opt.warmup_steps, total_steps, opt.min_lr_ratio)
+    logger = MetricsLogger(out, "rm")
+    logger.log(0, {"data/train_pairs": len(train), "data/eval_pairs": len(evals),
+                   **{f"data/{k}": v for k, v in counts.items()}})
+    generator = torch.Generator().manual_seed(cfg.run.seed)
+    micro = opt.batch_size // opt.grad_accum_steps
+    pad = tokenizer.pad_token_id
+    model.train()
+    bar = progress(total_steps, "reward model", cfg.run.progress)
+    t0, eval_metrics = time.perf_counter(), {}
+    for step, idx in enumerate(batch_indices(len(train), opt.batch_size, total_steps, generator), 1):
+        ids = idx.tolist()
+        loss_sum, correct = 0.0, 0.0
+        for start in range(0, len(ids), micro):
+            chunk = ids[start : start + micro]
+            c, r = pair_scores(model, [train[i] for i in chunk], pad)
+            margin = torch.tensor([margins[i] for i in chunk]) if cfg.margin_field else None
+            loss = bradley_terry_loss(c, r, margin) * len(chunk) / len(ids)
+            check_finite("reward-model loss", loss, f"step {step}")
+            loss.backward()
+            loss_sum += float(loss)
+            correct += float((c > r).float().sum())
+        grad_norm = grad_norm_and_clip(model, opt.max_grad_norm, f"step {step}")
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_sum:.3f}")
+        metrics = {}
+        if step % cfg.run.log_every == 0 or step == total_steps:
+            metrics.update({"train/loss": loss_sum, "train/accuracy": correct / len(ids),
+                            "optim/lr": scheduler.get_last_lr()[0], "optim/grad_norm": grad_norm})
+        if evals and (step % cfg.eval_every == 0 or step == total_steps):
+            eval_metrics = evaluate_pairs(model, evals, pad, opt.batch_size)
+            metrics.update(eval_metrics)
+        if metrics:
+            logger.log(step, metrics)
+    bar.close()
+    if cfg.normalize and evals:
+        # Gauge fix: held-out responses score 0 on average (mean-centering, reference text 001).
+        model.config.score_offset = eval_metrics["eval/score_mean"]
+        logger.log(total_steps, {"rm/score_offset": model.config.score_offset})
+    logger.close()
+    save_final(out, model, tokenizer, {"stage": "rm", "steps": total_steps})
+    return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
+            "score_offset": model.config.score_offset, "model": model, "tokenizer": tokenizer}

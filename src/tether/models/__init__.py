@@ -1,0 +1,19 @@
+"""Loading Hugging Face models by hub id or path, and the forward passes RLHF needs."""
+
+from tether.models.loading import (
+    disable_dropout,
+    load_causal_lm,
+    load_scalar_model,
+    load_tokenizer,
+    score_head,
+    score_offset,
+)
+
+__all__ = [
+    "disable_dropout",
+    "load_causal_lm",
+    "load_scalar_model",
+    "load_tokenizer",
+    "score_head",
+    "score_offset",
+]

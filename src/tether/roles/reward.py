@@ -1,0 +1,96 @@
+"""Reward sources: a reward model, a python callable, or an ensemble. All give (B,) scores."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from tether.errors import ConfigError, ModelError
+from tether.models import score_offset
+from tether.models.forward import last_token_scores
+from tether.types import Rollout
+
+
+class RewardSource(Protocol):
+    def score(self, rollout: Rollout) -> Tensor:
+        """(B,) one score per episode, read after the whole response."""
+
+
+class ModelReward:
+    """A frozen ``*ForSequenceClassification`` reward model sharing the policy's tokenizer.
+
+    The score is the head at the last real token (the EOS when there is one) minus the
+    model's stored normalisation offset.
+    """
+
+    def __init__(self, model, name: str = "reward model"):
+        self.model = model.eval().requires_grad_(False)
+        self.offset = score_offset(model)
+        self.name = name
+
+    @torch.no_grad()
+    def score(self, rollout: Rollout) -> Tensor:
+        raw = last_token_scores(self.model, rollout.sequences, rollout.attention_mask)
+        return raw - self.offset
+
+
+class CallableReward:
+    """``fn(prompts: list[str], responses: list[str]) -> list[float]``, e.g. a rule or a judge."""
+
+    def __init__(self, fn: Callable[[list[str], list[str]], list[float]], name: str = "callable"):
+        self.fn = fn
+        self.name = name
+
+    def score(self, rollout: Rollout) -> Tensor:
+        values = self.fn(rollout.prompts, rollout.responses)
+        scores = torch.as_tensor(list(values), dtype=torch.float32)
+        if scores.shape != (len(rollout.prompts),):
+            raise ModelError(
+                f"Reward callable '{self.name}' returned {tuple(scores.shape)} scores for "
+                f"{len(rollout.prompts)} responses; expected one float per response."
+            )
+        return scores
+
+
+def combine_scores(scores: Tensor, how: str, std_coef: float = 1.0) -> Tensor:
+    """(K, B) member scores -> (B,): mean, min, or mean - k*std (trust only the consensus)."""
+    if how == "mean":
+        return scores.mean(dim=0)
+    if how == "min":
+        return scores.min(dim=0).values
+    if how == "mean_minus_std":
+        std = scores.std(dim=0, unbiased=False) if scores.shape[0] > 1 else torch.zeros_like(scores[0])
+        return scores.mean(dim=0) - std_coef * std
+    raise ConfigError(f"Unknown reward.combine '{how}': expected mean, min or mean_minus_std.")
+
+
+class EnsembleReward:
+    """Several reward sources combined per episode."""
+
+    def __init__(self, members: list[RewardSource], combine: str = "mean", std_coef: float = 1.0):
+        self.members = members
+        self.combine = combine
+        self.std_coef = std_coef
+
+    def score(self, rollout: Rollout) -> Tensor:
+        stacked = torch.stack([m.score(rollout) for m in self.members])
+        return combine_scores(stacked, self.combine, self.std_coef)
+
+
+def import_callable(spec: str) -> Callable:
+    """``'package.module:function'`` -> the function, with a clear error when it is not there."""
+    if ":" not in spec:
+        raise ConfigError(f"Callable '{spec}' must be written as 'module:function'.")
+    module_name, attr = spec.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(f"Cannot import module '{module_name}' for callable '{spec}': {err}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"Module '{module_name}' has no callable '{attr}' (from '{spec}').")
+    return fn

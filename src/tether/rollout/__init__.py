@@ -1,0 +1,6 @@
+"""Generation engines behind one Protocol. vLLM will join as a lazily imported extra."""
+
+from tether.rollout.base import GenerationEngine, SamplingParams
+from tether.rollout.hf import HFGenerationEngine, truncate_after_eos
+
+__all__ = ["GenerationEngine", "HFGenerationEngine", "SamplingParams", "truncate_after_eos"]

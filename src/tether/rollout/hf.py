@@ -1,0 +1,67 @@
+"""The default engine: Hugging Face ``generate`` on left-padded prompts, in process."""
+
+from __future__ import annotations
+
+import torch
+
+from tether.data import collate_left
+from tether.rollout.base import SamplingParams
+from tether.types import Rollout
+
+
+def truncate_after_eos(responses: torch.Tensor, eos_id: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cut every row after its first EOS.
+
+    responses: (B, A) generated ids. Returns (ids (B, A) with pad after EOS, mask (B, A) with 1
+    up to and including the first EOS, ended (B,) bool).
+    """
+    is_eos = responses == eos_id
+    ended = is_eos.any(dim=1)
+    # Number of EOS tokens strictly before each position: 0 means "not past the first EOS".
+    eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
+    mask = (eos_before == 0).long()
+    ids = torch.where(mask.bool(), responses, torch.full_like(responses, pad_id))
+    return ids, mask, ended
+
+
+class HFGenerationEngine:
+    """Samples with ``model.generate``; shares the actor's weights, so syncing is free."""
+
+    def __init__(self, model, tokenizer):
+        self.model = model
+        self.tokenizer = tokenizer
+
+    def sync_weights(self, model) -> None:
+        self.model = model
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams) -> Rollout:
+        tok = self.tokenizer
+        input_ids, attention_mask = collate_left(prompt_ids, tok.pad_token_id)
+        was_training = self.model.training
+        self.model.eval()
+        kwargs = dict(
+            max_new_tokens=params.max_new_tokens,
+            min_new_tokens=params.min_new_tokens or None,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+        if params.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+        else:
+            # top_k=0 / top_p=1 switch the filters off explicitly: HF's default top_k is 50.
+            kwargs.update(do_sample=True, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        self.model.train(was_training)
+        responses = out[:, input_ids.shape[1]:]
+        ids, mask, ended = truncate_after_eos(responses, tok.eos_token_id, tok.pad_token_id)
+        texts = tok.batch_decode(ids, skip_special_tokens=True)
+        return Rollout(
+            prompt_ids=input_ids,
+            prompt_mask=attention_mask,
+            response_ids=ids,
+            response_mask=mask,
+            ended=ended,
+            prompts=list(prompts),
+            responses=[t.strip() for t in texts],
+        )

@@ -1,0 +1,109 @@
+"""Run directories: the resolved config, seeding, threads, atomic checkpoint writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from tether.config import save_config, to_dict
+from tether.errors import ConfigError
+
+MANIFEST = "tether_checkpoint.json"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def set_threads(threads: int) -> None:
+    """0 keeps torch's default; the demo notes show 1 thread is immune to a busy neighbour."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False) -> Path:
+    """Create ``out`` and save the resolved config as ``out/config.yaml``.
+
+    A directory holding a different run (another stage or config) is refused unless
+    ``overwrite``: a user must never silently mix two runs' metrics and checkpoints.
+    """
+    out = Path(out)
+    resolved = {"stage": stage, **to_dict(cfg)}
+    existing = out / "config.yaml"
+    if existing.exists() and not overwrite:
+        old = yaml.safe_load(existing.read_text(encoding="utf-8")) or {}
+        if old != resolved:
+            raise ConfigError(
+                f"Output directory '{out}' already holds a different run (its config.yaml "
+                "differs). Choose another run.out, or set run.overwrite=true to replace it."
+            )
+    if overwrite and out.exists():
+        for name in ("metrics.jsonl", "summary.json"):
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    tmp = out / "config.yaml.tmp"
+    save_config(cfg, tmp)
+    data = yaml.safe_load(tmp.read_text(encoding="utf-8"))
+    tmp.write_text(yaml.safe_dump({"stage": stage, **data}, sort_keys=False), encoding="utf-8")
+    os.replace(tmp, existing)
+    return out
+
+
+def atomic_write_dir(final: str | Path, write: Callable[[Path], None], meta: dict | None = None) -> Path:
+    """Write a directory atomically: into a temp sibling, fsync, manifest last, then rename.
+
+    A crash at any point leaves either the previous complete directory or no directory at
+    ``final``; a directory without ``tether_checkpoint.json`` is never complete.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        write(tmp)
+        manifest = {"files": sorted(p.name for p in tmp.iterdir()), **(meta or {})}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        for path in tmp.iterdir():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        old = None
+        if final.exists():
+            old = final.with_name(f".{final.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def save_hf_checkpoint(final: str | Path, model, tokenizer=None, meta: dict | None = None) -> Path:
+    """``save_pretrained`` of a model (and its tokenizer), written atomically."""
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+
+    return atomic_write_dir(final, write, meta)
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)

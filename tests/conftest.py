@@ -1,0 +1,25 @@
+"""Shared fixtures. Tests use one torch thread: two threads beside another busy process run
+20-50x slower on these machines (DEMO_TASK_NOTES.md), and one thread is immune."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_task(tmp_path_factory):
+    """The arithmetic task at test size, built once per session: a dict with its directory."""
+    from tether.tasks.arith import build_task
+
+    out = tmp_path_factory.mktemp("task")
+    meta = build_task(out, seed=0, n_sft=400, n_pairs_train=300, n_pairs_eval=100, n_eval_prompts=16,
+                      n_sft_eval=50, n_probes=20)
+    return {"dir": out, **meta}

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import yaml
 
-from tether.config import save_config, to_dict
+from tether.config import to_dict
 from tether.errors import ConfigError
 
 MANIFEST = "tether_checkpoint.json"
@@ -32,31 +32,35 @@ def set_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False) -> Path:
+def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, resume: bool = False) -> Path:
     """Create ``out`` and save the resolved config as ``out/config.yaml``.
 
     A directory holding a different run (another stage or config) is refused unless
     ``overwrite``: a user must never silently mix two runs' metrics and checkpoints.
+    Without ``resume`` the run starts fresh: old metrics and checkpoints are removed.
     """
     out = Path(out)
     resolved = {"stage": stage, **to_dict(cfg)}
     existing = out / "config.yaml"
-    if existing.exists() and not overwrite:
+    if existing.exists():
         old = yaml.safe_load(existing.read_text(encoding="utf-8")) or {}
-        if old != resolved:
+        if old != resolved and (resume or not overwrite):
             raise ConfigError(
                 f"Output directory '{out}' already holds a different run (its config.yaml "
                 "differs). Choose another run.out, or set run.overwrite=true to replace it."
             )
-    if overwrite and out.exists():
-        for name in ("metrics.jsonl", "summary.json"):
-            (out / name).unlink(missing_ok=True)
+    elif out.exists() and any(out.iterdir()) and not overwrite:
+        raise ConfigError(
+            f"Output directory '{out}' is not empty and holds no tether run. Choose another "
+            "run.out, or set run.overwrite=true to write into it."
+        )
     out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.jsonl").unlink(missing_ok=True)
+    if not resume:
+        for name in ("metrics.jsonl", "summary.json", "alarms.jsonl", "samples.jsonl", MANIFEST):
+            (out / name).unlink(missing_ok=True)
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
     tmp = out / "config.yaml.tmp"
-    save_config(cfg, tmp)
-    data = yaml.safe_load(tmp.read_text(encoding="utf-8"))
-    tmp.write_text(yaml.safe_dump({"stage": stage, **data}, sort_keys=False), encoding="utf-8")
+    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
     os.replace(tmp, existing)
     return out
 
@@ -72,11 +76,11 @@ def atomic_write_dir(final: str | Path, write: Callable[[Path], None], meta: dic
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         write(tmp)
+        _fsync_tree(tmp)
         manifest = {"files": sorted(p.name for p in tmp.iterdir()), **(meta or {})}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        for path in tmp.iterdir():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
+        with open(tmp / MANIFEST, "rb") as f:
+            os.fsync(f.fileno())
         old = None
         if final.exists():
             old = final.with_name(f".{final.name}.old")
@@ -89,6 +93,14 @@ def atomic_write_dir(final: str | Path, write: Callable[[Path], None], meta: dic
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file under ``root`` to disk before the rename makes it visible."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
 
 
 def save_hf_checkpoint(final: str | Path, model, tokenizer=None, meta: dict | None = None) -> Path:

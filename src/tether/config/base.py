@@ -138,11 +138,24 @@ def _check_range(value: Any, meta: dict, key: str) -> None:
             raise ConfigError(f"Config key '{key}' = {value!r}: must be {word} {bound}.")
 
 
+def check_keys(cls: type, data: dict, prefix: str = "") -> None:
+    """Unknown keys anywhere in the tree are reported before any value is judged."""
+    hints = _hints(cls)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    for key, value in data.items():
+        if key not in valid:
+            raise _unknown_key(key, valid, prefix)
+        if _is_config(hints[key]) and isinstance(value, dict):
+            check_keys(hints[key], value, f"{prefix}{key}.")
+
+
 def from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
     """Build the dataclass ``cls`` from a nested dict, validating every key and value."""
-    data = dict(data or {})
-    if not isinstance(data, dict):
+    if data is not None and not isinstance(data, dict):
         raise ConfigError(f"Config block '{prefix.rstrip('.') or '<root>'}' must be a mapping.")
+    data = dict(data or {})
+    if not prefix:
+        check_keys(cls, data)
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:

@@ -23,6 +23,13 @@ class RunConfig:
         False, "Allow writing into a directory that already holds a different run."
     )
     progress: bool = option(True, "Show a progress bar on stderr.")
+    save_every: int = option(
+        0, "Write a resumable checkpoint every this many steps (PPO: iterations); 0 = final only.", ge=0
+    )
+    keep_checkpoints: int = option(2, "Keep only the newest this many checkpoints.", ge=1)
+    on_nonfinite: Literal["stop", "skip"] = option(
+        "stop", "NaN/Inf loss or gradient: stop the run naming where, or skip that step."
+    )
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,43 @@ def make_scheduler(optimizer, schedule: str, warmup_steps: int, total_steps: int
     return get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=max(total_steps, 1))
 
 
-def batch_indices(n: int, batch_size: int, total_steps: int, generator: torch.Generator):
-    """Yield ``total_steps`` index batches, reshuffling each epoch (the last partial batch is kept)."""
-    step = 0
-    while True:
-        order = torch.randperm(n, generator=generator)
-        for start in range(0, n, batch_size):
-            if step == total_steps:
-                return
-            yield order[start : start + batch_size]
-            step += 1
+def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """The shuffled order of epoch ``epoch``: a pure function of (seed, epoch)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+
+def batch_indices(n: int, batch_size: int, total_steps: int, seed: int, start_step: int = 0):
+    """Index batches for steps ``start_step .. total_steps-1``, reshuffled every epoch.
+
+    The order depends only on (seed, step), so resuming at a step needs no saved cursor.
+    The last batch of an epoch may be smaller.
+    """
+    per_epoch = math.ceil(n / batch_size)
+    order, order_epoch = None, -1
+    for step in range(start_step, total_steps):
+        epoch, k = divmod(step, per_epoch)
+        if epoch != order_epoch:
+            order, order_epoch = epoch_order(n, seed, epoch), epoch
+        yield order[k * batch_size : (k + 1) * batch_size]
+
+
+class NonFiniteGuard:
+    """NaN/Inf in a loss or gradient: stop with a message naming it, or skip the step."""
+
+    def __init__(self, mode: str = "stop"):
+        self.mode = mode
+        self.skipped = 0
+
+    def ok(self, name: str, value: torch.Tensor, step: int | str) -> bool:
+        if torch.isfinite(value).all():
+            return True
+        if self.mode == "skip":
+            self.skipped += 1
+            return False
+        raise TrainingError(
+            f"Non-finite {name} at step {step}. Lower the learning rate, check the data, or set "
+            "run.on_nonfinite=skip to skip such steps; no checkpoint was written from this state."
+        )
 
 
 def check_finite(name: str, value: torch.Tensor, where: str) -> None:
@@ -56,11 +83,18 @@ def check_finite(name: str, value: torch.Tensor, where: str) -> None:
         )
 
 
-def grad_norm_and_clip(model, max_norm: float | None, where: str) -> float:
+def grad_norm(model, max_norm: float | None) -> float:
+    """Global gradient norm, clipped to ``max_norm`` when given (non-finite norms are returned as is)."""
     params = [p for p in model.parameters() if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else float("inf"))
-    check_finite("gradient norm", norm, where)
-    return float(norm)
+    if not params:
+        return 0.0
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm else float("inf")))
+
+
+def grad_norm_and_clip(model, max_norm: float | None, where: str) -> float:
+    norm = grad_norm(model, max_norm)
+    check_finite("gradient norm", torch.tensor(norm), where)
+    return norm
 
 
 def progress(total: int, desc: str, enabled: bool):

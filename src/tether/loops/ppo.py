@@ -11,7 +11,6 @@ See docs/implementation_details.md for each detail and its source.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 import warnings
@@ -33,7 +32,7 @@ from tether.algos import (
 )
 from tether.config import PPOConfig
 from tether.errors import TrainingError
-from tether.loops.common import check_finite, grad_norm_and_clip, make_optimizer, make_scheduler, progress, save_final
+from tether.loops.common import NonFiniteGuard, grad_norm, make_optimizer, make_scheduler, progress, save_final
 from tether.loops.ppo_setup import (
     PromptSet,
     Roles,
@@ -43,6 +42,7 @@ from tether.loops.ppo_setup import (
     load_prompt_set,
     sampling_params,
 )
+from tether.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state, truncate_metrics
 from tether.metrics import MetricsLogger
 from tether.runs import prepare_run_dir, seed_everything, set_threads
 from tether.types import Experience, Rollout
@@ -67,6 +67,22 @@ class Timer:
         return _Span()
 
 
+def iteration_seed(seed: int, iteration: int) -> int:
+    return (seed * 1_000_003 + iteration * 7919) % (2**63 - 1)
+
+
+def prompt_indices(n: int, batch_size: int, iteration: int, seed: int) -> list[int]:
+    """Indices of iteration ``iteration``'s prompts: consecutive slices of per-pass shuffles."""
+    orders: dict[int, list[int]] = {}
+    out = []
+    for k in range(iteration * batch_size, (iteration + 1) * batch_size):
+        pass_idx, j = divmod(k, n)
+        if pass_idx not in orders:
+            orders[pass_idx] = random.Random(seed * 1_000_003 + pass_idx).sample(range(n), n)
+        out.append(orders[pass_idx][j])
+    return out
+
+
 class PPOTrainer:
     """Holds the roles, optimisers and controllers; :meth:`step` is one PPO iteration."""
 
@@ -84,13 +100,14 @@ class PPOTrainer:
         self.critic_opt = make_optimizer(roles.critic.model, cfg.critic.lr, p.weight_decay)
         self.actor_sched = make_scheduler(self.actor_opt, "constant", p.warmup_steps, total, 1.0)
         self.critic_sched = make_scheduler(self.critic_opt, "constant", p.warmup_steps, total, 1.0)
-        self.generator = torch.Generator().manual_seed(cfg.run.seed)
-        self.prompt_rng = random.Random(cfg.run.seed)
-        self.prompt_order: list[int] = []
         self.iteration = 0
+        self.guard = NonFiniteGuard(cfg.run.on_nonfinite)
+        self.last_ratio_deviation = float("nan")
 
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> dict:
+        # Every random draw of iteration i derives from (seed, i): resuming needs no RNG replay.
+        torch.manual_seed(iteration_seed(self.cfg.run.seed, self.iteration))
         timer = Timer()
         with timer("rollout"):
             ids, texts = self.next_prompts()
@@ -107,14 +124,31 @@ class PPOTrainer:
         return stats
 
     def next_prompts(self) -> tuple[list[list[int]], list[str]]:
-        """The next ``rollout.batch_size`` prompts of a shuffled cycle over the prompt set."""
-        chosen = []
-        while len(chosen) < self.cfg.rollout.batch_size:
-            if not self.prompt_order:
-                self.prompt_order = list(range(len(self.prompts.ids)))
-                self.prompt_rng.shuffle(self.prompt_order)
-            chosen.append(self.prompt_order.pop())
-        return [self.prompts.ids[i] for i in chosen], [self.prompts.texts[i] for i in chosen]
+        """This iteration's slice of an endless sequence of shuffled passes over the prompts."""
+        idx = prompt_indices(len(self.prompts.ids), self.cfg.rollout.batch_size, self.iteration, self.cfg.run.seed)
+        return [self.prompts.ids[i] for i in idx], [self.prompts.texts[i] for i in idx]
+
+    def state_dict(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "actor_sched": self.actor_sched.state_dict(),
+            "critic_sched": self.critic_sched.state_dict(),
+            "kl_ctl": self.kl_ctl.state_dict(),
+            "normalize": self.normalize.state_dict(),
+            "skipped_steps": self.guard.skipped,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.iteration = state["iteration"]
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.actor_sched.load_state_dict(state["actor_sched"])
+        self.critic_sched.load_state_dict(state["critic_sched"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.normalize.load_state_dict(state["normalize"])
+        self.guard.skipped = state.get("skipped_steps", 0)
 
     @torch.no_grad()
     def make_experience(self, rollout: Rollout, timer: Timer) -> tuple[Experience, dict]:
@@ -170,8 +204,9 @@ class PPOTrainer:
         batch = exp.rollout.response_ids.shape[0]
         sums: dict[str, float] = {}
         n_mb, early_stop = 0, False
+        generator = torch.Generator().manual_seed(iteration_seed(cfg.run.seed, self.iteration) + 1)
         for epoch in range(p.epochs):
-            order = torch.randperm(batch, generator=self.generator)
+            order = torch.randperm(batch, generator=generator)
             for mb_index in order.split(p.minibatch_size):
                 first = epoch == 0 and n_mb == 0
                 stats = self.minibatch_step(exp, mb_index, actor_on, check_ratio=first)
@@ -187,47 +222,66 @@ class PPOTrainer:
         return out
 
     def minibatch_step(self, exp: Experience, mb_index: torch.Tensor, actor_on: bool, check_ratio: bool) -> dict:
-        p, cfg = self.cfg.ppo, self.cfg
+        """One optimiser step of actor and critic on a minibatch, accumulated over micro-batches."""
+        p = self.cfg.ppo
         where = f"iteration {self.iteration + 1}"
         n_tokens = float(exp.rollout.response_mask[mb_index].sum())
         stats: dict[str, float] = {}
+        finite = True
         for micro in mb_index.split(p.minibatch_size // p.grad_accum_steps):
             mb = exp.select(micro)
-            mask = mb.rollout.response_mask
-            weight = float(mask.sum()) / n_tokens  # token-level mean over the whole minibatch
+            weight = float(mb.rollout.response_mask.sum()) / n_tokens  # token mean over the minibatch
+            losses = {"value loss": self.critic_loss(mb, stats, weight)}
             if actor_on:
-                logp, entropy = self.roles.actor.forward(mb.rollout, with_entropy=p.entropy_coef > 0)
-                pl = ppo_policy_loss(logp, mb.logprobs, mb.advantages, mask, p.clip)
-                loss = pl.loss
-                if p.entropy_coef > 0:
-                    loss = loss - p.entropy_coef * masked_mean(entropy, mask)
-                if cfg.kl.placement == "loss":
-                    kl = kl_estimate(logp, mb.ref_logprobs, cfg.kl.estimator)
-                    loss = loss + self.kl_ctl.value * masked_mean(kl, mask)
-                check_finite("policy loss", loss, where)
-                (loss * weight).backward()
-                if check_ratio:
-                    self.check_ratio(logp.detach(), mb.logprobs, mask)
-                for k, v in (("loss", float(pl.loss)), ("clipfrac", pl.clipfrac), ("approxkl", pl.approx_kl), ("ratio_mean", pl.ratio_mean)):
-                    stats[f"ppo/policy/{k}"] = stats.get(f"ppo/policy/{k}", 0.0) + v * weight
-            values = self.roles.critic.forward(mb.rollout)
-            vl = value_loss(values, mb.values, mb.returns, mask, p.value_clip)
-            check_finite("value loss", vl.loss, where)
-            (p.vf_coef * vl.loss * weight).backward()
-            stats["ppo/val/loss"] = stats.get("ppo/val/loss", 0.0) + float(vl.loss) * weight
-            stats["ppo/val/clipfrac"] = stats.get("ppo/val/clipfrac", 0.0) + vl.clipfrac * weight
-        if actor_on:
-            stats["optim/grad_norm"] = grad_norm_and_clip(self.roles.actor.model, p.max_grad_norm, where + " (actor)")
-            self.actor_opt.step()
-            self.actor_sched.step()
-        stats["optim/critic_grad_norm"] = grad_norm_and_clip(self.roles.critic.model, p.max_grad_norm, where + " (critic)")
-        self.critic_opt.step()
+                losses["policy loss"] = self.actor_loss(mb, stats, weight, check_ratio)
+            if not all(self.guard.ok(name, loss, where) for name, loss in losses.items()):
+                finite = False
+                break
+            sum(loss * weight for loss in losses.values()).backward()
+        if finite and actor_on:
+            stats["optim/grad_norm"] = grad_norm(self.roles.actor.model, p.max_grad_norm)
+        if finite:
+            stats["optim/critic_grad_norm"] = grad_norm(self.roles.critic.model, p.max_grad_norm)
+            finite = all(self.guard.ok(f"{k} (gradient)", torch.tensor(v), where)
+                         for k, v in stats.items() if k.endswith("grad_norm"))
+        if finite:
+            if actor_on:
+                self.actor_opt.step()
+            self.critic_opt.step()
+        self.actor_sched.step()
         self.critic_sched.step()
         self.actor_opt.zero_grad(set_to_none=True)
         self.critic_opt.zero_grad(set_to_none=True)
         if not actor_on:
-            stats.update({"ppo/policy/loss": 0.0, "ppo/policy/clipfrac": 0.0, "ppo/policy/approxkl": 0.0, "ppo/policy/ratio_mean": 1.0})
+            stats.update({"ppo/policy/loss": 0.0, "ppo/policy/clipfrac": 0.0, "ppo/policy/approxkl": 0.0,
+                          "ppo/policy/ratio_mean": 1.0})
+        stats["optim/skipped_steps"] = float(self.guard.skipped)
         return stats
+
+    def actor_loss(self, mb: Experience, stats: dict, weight: float, check_ratio: bool) -> torch.Tensor:
+        """Clipped surrogate (+ entropy bonus, + KL term when kl.placement=loss) on a micro-batch."""
+        p, cfg, mask = self.cfg.ppo, self.cfg, mb.rollout.response_mask
+        logp, entropy = self.roles.actor.forward(mb.rollout, with_entropy=p.entropy_coef > 0)
+        if check_ratio:
+            self.check_ratio(logp.detach(), mb.logprobs, mask)
+        pl = ppo_policy_loss(logp, mb.logprobs, mb.advantages, mask, p.clip)
+        loss = pl.loss
+        if p.entropy_coef > 0:
+            loss = loss - p.entropy_coef * masked_mean(entropy, mask)
+        if cfg.kl.placement == "loss":
+            loss = loss + self.kl_ctl.value * masked_mean(kl_estimate(logp, mb.ref_logprobs, cfg.kl.estimator), mask)
+        for key, value in (("loss", float(pl.loss.detach())), ("clipfrac", pl.clipfrac),
+                           ("approxkl", pl.approx_kl), ("ratio_mean", pl.ratio_mean)):
+            stats[f"ppo/policy/{key}"] = stats.get(f"ppo/policy/{key}", 0.0) + value * weight
+        return loss
+
+    def critic_loss(self, mb: Experience, stats: dict, weight: float) -> torch.Tensor:
+        """``vf_coef`` × clipped value loss on a micro-batch."""
+        p = self.cfg.ppo
+        vl = value_loss(self.roles.critic.forward(mb.rollout), mb.values, mb.returns, mb.rollout.response_mask, p.value_clip)
+        stats["ppo/val/loss"] = stats.get("ppo/val/loss", 0.0) + float(vl.loss.detach()) * weight
+        stats["ppo/val/clipfrac"] = stats.get("ppo/val/clipfrac", 0.0) + vl.clipfrac * weight
+        return p.vf_coef * vl.loss
 
     # -- invariants -------------------------------------------------------------------------
     def check_ratio(self, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> None:
@@ -250,31 +304,46 @@ class PPOTrainer:
         warnings.warn(text, stacklevel=2)
 
 
-def run_ppo(cfg: PPOConfig, on_iteration=None) -> dict:
-    """Run PPO; save the final policy at ``run.out`` (critic in ``run.out/critic``)."""
+def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
+    """Run PPO; save the final policy at ``run.out`` (critic in ``run.out/critic``).
+
+    ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
+    ``on_iteration(iteration, stats, trainer)`` is called after every iteration.
+    """
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
-    out = prepare_run_dir(cfg.run.out, cfg, "ppo", cfg.run.overwrite)
-    roles = build_roles(cfg)
+    out = prepare_run_dir(cfg.run.out, cfg, "ppo", cfg.run.overwrite, resume)
+    ckpt = latest_checkpoint(out) if resume else None
+    roles = build_roles(cfg, ckpt)
     prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, roles.tokenizer, cfg.model.chat_template, cfg.rollout.max_prompt_length)
     trainer = PPOTrainer(cfg, roles, prompts)
+    if ckpt is not None:
+        state = load_trainer_state(ckpt)
+        trainer.load_state_dict(state["trainer"])
+        set_rng_state(state["rng"])
+        truncate_metrics(out, trainer.iteration, "ppo")
     logger = MetricsLogger(out, "ppo")
-    logger.log(0, {"data/prompts": len(prompts.ids), "data/dropped_long": prompts.dropped_long})
+    if ckpt is None:
+        logger.log(0, {"data/prompts": len(prompts.ids), "data/dropped_long": prompts.dropped_long})
     bar = progress(cfg.ppo.iterations, "ppo", cfg.run.progress)
+    bar.update(trainer.iteration)
     history = []
     t0 = time.perf_counter()
-    for it in range(1, cfg.ppo.iterations + 1):
+    while trainer.iteration < cfg.ppo.iterations:
         stats = trainer.step()
+        it = trainer.iteration
         history.append(stats)
-        if it % cfg.run.log_every == 0 or it == 1 or it == cfg.ppo.iterations:
-            pass
         logger.log(it, stats)
         bar.update(1)
-        bar.set_postfix(score=f"{stats['objective/score']:.2f}", kl=f"{stats['objective/kl']:.2f}", beta=f"{stats['objective/kl_coef']:.3f}")
+        bar.set_postfix(score=f"{stats['objective/score']:.2f}", kl=f"{stats['objective/kl']:.2f}",
+                        beta=f"{stats['objective/kl_coef']:.3f}")
         if on_iteration is not None:
             on_iteration(it, stats, trainer)
+        if cfg.run.save_every and it % cfg.run.save_every == 0 and it < cfg.ppo.iterations:
+            models = {"actor": roles.actor.model, "critic": roles.critic.model}
+            save_checkpoint(out, it, models, roles.tokenizer, {"trainer": trainer.state_dict()}, cfg.run.keep_checkpoints)
     bar.close()
     logger.close()
-    save_final(out, roles.actor.model, roles.tokenizer, {"stage": "ppo", "iterations": cfg.ppo.iterations})
     save_final(out / "critic", roles.critic.model, roles.tokenizer, {"stage": "ppo-critic"})
+    save_final(out, roles.actor.model, roles.tokenizer, {"stage": "ppo", "iterations": cfg.ppo.iterations})
     return {"history": history, "trainer": trainer, "time_s": time.perf_counter() - t0}

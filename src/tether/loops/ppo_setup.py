@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -58,11 +59,12 @@ def build_reward(cfg: PPOConfig, tokenizer) -> RewardSource:
     return EnsembleReward(members, rcfg.combine, rcfg.std_coef)
 
 
-def build_roles(cfg: PPOConfig) -> Roles:
+def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
+    """Load the four roles; with ``checkpoint`` the actor and critic come from it (resume)."""
     policy_path = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path)
     load = dict(tokenizer=tokenizer, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
-    actor_model = load_causal_lm(policy_path, **load)
+    actor_model = load_causal_lm(str(checkpoint / "actor") if checkpoint else policy_path, **load)
     reference_model = load_causal_lm(cfg.reference or policy_path, **load)
     reward = build_reward(cfg, tokenizer)
     if cfg.critic.path:
@@ -72,6 +74,8 @@ def build_roles(cfg: PPOConfig) -> Roles:
         critic_path, head_std = cfg.reward.models[0], None
     else:
         critic_path, head_std = policy_path, 0.02
+    if checkpoint is not None:
+        critic_path, head_std = str(checkpoint / "critic"), None
     critic_model = load_scalar_model(critic_path, head_init_std=head_std, **load)
     temperature = cfg.rollout.temperature
     return Roles(

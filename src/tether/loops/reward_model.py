@@ -17,16 +17,9 @@ from tether.algos import bradley_terry_loss
 from tether.config import RewardModelConfig
 from tether.data import collate_right, load_records, preference_examples, tokenize_preference
 from tether.errors import DataError
-from tether.loops.common import (
-    batch_indices,
-    check_finite,
-    grad_norm_and_clip,
-    make_optimizer,
-    make_scheduler,
-    progress,
-    save_final,
-    steps_for,
-)
+from tether.checkpoint import latest_checkpoint
+from tether.loops.common import save_final, steps_for
+from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.loops.sft import split_holdout
 from tether.metrics import MetricsLogger
 from tether.models import load_scalar_model, load_tokenizer
@@ -115,64 +108,45 @@ def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: flo
     }
 
 
-def run_reward_model(cfg: RewardModelConfig) -> dict:
+def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
-    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite)
+    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume)
+    ckpt = latest_checkpoint(out) if resume else None
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
     model = load_scalar_model(
-        cfg.model.name_or_path, tokenizer, cfg.model.dtype, cfg.keep_dropout,
-        head_init_std=cfg.head_init_std, trust_remote_code=cfg.model.trust_remote_code,
+        str(ckpt / "model") if ckpt else cfg.model.name_or_path, tokenizer, cfg.model.dtype,
+        cfg.keep_dropout, head_init_std=None if ckpt else cfg.head_init_std,
+        trust_remote_code=cfg.model.trust_remote_code,
     )
     model.config.score_offset = 0.0
     train, margins, evals, counts = load_pairs(cfg, tokenizer)
-    opt = cfg.optim
-    total_steps = steps_for(len(train), opt.batch_size, cfg.epochs, cfg.max_steps)
-    optimizer = make_optimizer(model, opt.lr, opt.weight_decay, (opt.beta1, opt.beta2), opt.eps)
-    scheduler = make_scheduler(optimizer, opt.schedule, opt.warmup_steps, total_steps, opt.min_lr_ratio)
-    logger = MetricsLogger(out, "rm")
-    logger.log(0, {"data/train_pairs": len(train), "data/eval_pairs": len(evals),
-                   **{f"data/{k}": v for k, v in counts.items()}})
-    generator = torch.Generator().manual_seed(cfg.run.seed)
-    micro = opt.batch_size // opt.grad_accum_steps
+    total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    if ckpt is None:
+        with MetricsLogger(out, "rm") as logger:
+            logger.log(0, {"data/train_pairs": len(train), "data/eval_pairs": len(evals),
+                           **{f"data/{k}": v for k, v in counts.items()}})
     pad = tokenizer.pad_token_id
-    model.train()
-    bar = progress(total_steps, "reward model", cfg.run.progress)
-    t0, eval_metrics = time.perf_counter(), {}
-    for step, idx in enumerate(batch_indices(len(train), opt.batch_size, total_steps, generator), 1):
-        ids = idx.tolist()
-        loss_sum, correct = 0.0, 0.0
-        for start in range(0, len(ids), micro):
-            chunk = ids[start : start + micro]
-            c, r = pair_scores(model, [train[i] for i in chunk], pad)
-            margin = torch.tensor([margins[i] for i in chunk]) if cfg.margin_field else None
-            loss = bradley_terry_loss(c, r, margin) * len(chunk) / len(ids)
-            check_finite("reward-model loss", loss, f"step {step}")
-            loss.backward()
-            loss_sum += float(loss)
-            correct += float((c > r).float().sum())
-        grad_norm = grad_norm_and_clip(model, opt.max_grad_norm, f"step {step}")
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_sum:.3f}")
-        metrics = {}
-        if step % cfg.run.log_every == 0 or step == total_steps:
-            metrics.update({"train/loss": loss_sum, "train/accuracy": correct / len(ids),
-                            "optim/lr": scheduler.get_last_lr()[0], "optim/grad_norm": grad_norm})
-        if evals and (step % cfg.eval_every == 0 or step == total_steps):
-            eval_metrics = evaluate_pairs(model, evals, pad, opt.batch_size)
-            metrics.update(eval_metrics)
-        if metrics:
-            logger.log(step, metrics)
-    bar.close()
+    index = list(range(len(train)))
+
+    def loss(items, weight):
+        c, r = pair_scores(model, [train[i] for i in items], pad)
+        margin = torch.tensor([margins[i] for i in items]) if cfg.margin_field else None
+        value = bradley_terry_loss(c, r, margin) * weight
+        return value, {"train/loss": float(value.detach()), "train/accuracy": float((c > r).float().mean()) * weight}
+
+    job = SupervisedJob(
+        stage="rm", model=model, tokenizer=tokenizer, train=index, loss=loss,
+        evaluate=(lambda: evaluate_pairs(model, evals, pad, cfg.optim.batch_size)) if evals else None,
+    )
+    t0 = time.perf_counter()
+    eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
     if cfg.normalize and evals:
         # Gauge fix: held-out responses score 0 on average (mean-centering, reference text 001).
         model.config.score_offset = eval_metrics["eval/score_mean"]
-        logger.log(total_steps, {"rm/score_offset": model.config.score_offset})
-    logger.close()
+        with MetricsLogger(out, "rm") as logger:
+            logger.log(total_steps, {"rm/score_offset": model.config.score_offset})
     save_final(out, model, tokenizer, {"stage": "rm", "steps": total_steps})
     return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
             "score_offset": model.config.score_offset, "model": model, "tokenizer": tokenizer}

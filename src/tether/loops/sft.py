@@ -16,16 +16,9 @@ from tether.algos import sft_loss, token_logprobs
 from tether.config import SFTConfig
 from tether.data import collate_right, load_records, sft_examples, tokenize_sft
 from tether.errors import DataError
-from tether.loops.common import (
-    batch_indices,
-    check_finite,
-    grad_norm_and_clip,
-    make_optimizer,
-    make_scheduler,
-    progress,
-    save_final,
-    steps_for,
-)
+from tether.checkpoint import latest_checkpoint
+from tether.loops.common import save_final, steps_for
+from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.metrics import MetricsLogger
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.forward import position_ids
@@ -93,57 +86,41 @@ def evaluate_sft(model, examples, pad_id: int, batch_size: int) -> float:
     return total / max(count, 1)
 
 
-def run_sft(cfg: SFTConfig) -> dict:
-    """Train, evaluate, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
+def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
+    """Train, evaluate, save ``run.out`` as a Hugging Face checkpoint; return final metrics.
+
+    ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
+    """
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
-    out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite)
+    out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume)
+    ckpt = latest_checkpoint(out) if resume else None
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
     model = load_causal_lm(
-        cfg.model.name_or_path, tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code
+        str(ckpt / "model") if ckpt else cfg.model.name_or_path,
+        tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code,
     )
     train, evals, dropped = load_sft_data(cfg, tokenizer)
-    opt_cfg = cfg.optim
-    total_steps = steps_for(len(train), opt_cfg.batch_size, cfg.epochs, cfg.max_steps)
-    optimizer = make_optimizer(model, opt_cfg.lr, opt_cfg.weight_decay, (opt_cfg.beta1, opt_cfg.beta2), opt_cfg.eps)
-    scheduler = make_scheduler(optimizer, opt_cfg.schedule, opt_cfg.warmup_steps, total_steps, opt_cfg.min_lr_ratio)
-    logger = MetricsLogger(out, "sft")
-    logger.log(0, {"data/train_examples": len(train), "data/eval_examples": len(evals), "data/dropped_long": dropped})
-    generator = torch.Generator().manual_seed(cfg.run.seed)
-    micro = opt_cfg.batch_size // opt_cfg.grad_accum_steps
-    model.train()
-    bar = progress(total_steps, "sft", cfg.run.progress)
-    t0, tokens_seen, eval_loss = time.perf_counter(), 0, None
-    for step, idx in enumerate(batch_indices(len(train), opt_cfg.batch_size, total_steps, generator), 1):
-        examples = [train[i] for i in idx.tolist()]
-        total_tokens = sum(sum(t.loss_mask[1:]) for t in examples)
-        loss_sum = 0.0
-        for start in range(0, len(examples), micro):
-            chunk = examples[start : start + micro]
-            batch = collate_right([t.input_ids for t in chunk], tokenizer.pad_token_id, [t.loss_mask for t in chunk])
-            loss = sft_batch_loss(model, batch, total_tokens)
-            check_finite("SFT loss", loss, f"step {step}")
-            loss.backward()
-            loss_sum += float(loss)
-            tokens_seen += int(batch["attention_mask"].sum())
-        grad_norm = grad_norm_and_clip(model, opt_cfg.max_grad_norm, f"step {step}")
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_sum:.3f}")
-        metrics = {}
-        if step % cfg.run.log_every == 0 or step == total_steps:
-            elapsed = time.perf_counter() - t0
-            metrics.update({"train/loss": loss_sum, "optim/lr": scheduler.get_last_lr()[0],
-                            "optim/grad_norm": grad_norm, "perf/tokens_per_s": tokens_seen / elapsed})
-        if evals and (step % cfg.eval_every == 0 or step == total_steps):
-            eval_loss = evaluate_sft(model, evals, tokenizer.pad_token_id, opt_cfg.batch_size)
-            metrics["eval/loss"] = eval_loss
-        if metrics:
-            logger.log(step, metrics)
-    bar.close()
-    logger.close()
+    total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    if ckpt is None:
+        with MetricsLogger(out, "sft") as logger:
+            logger.log(0, {"data/train_examples": len(train), "data/eval_examples": len(evals),
+                           "data/dropped_long": dropped})
+    pad = tokenizer.pad_token_id
+
+    def loss(items, weight):
+        batch = collate_right([t.input_ids for t in items], pad, [t.loss_mask for t in items])
+        n = int(batch["loss_mask"][:, 1:].sum())
+        value = sft_batch_loss(model, batch, n) * weight
+        return value, {"train/loss": float(value.detach())}
+
+    job = SupervisedJob(
+        stage="sft", model=model, tokenizer=tokenizer, train=train, loss=loss,
+        evaluate=(lambda: {"eval/loss": evaluate_sft(model, evals, pad, cfg.optim.batch_size)}) if evals else None,
+        weight_of=lambda t: float(sum(t.loss_mask[1:])),
+    )
+    t0 = time.perf_counter()
+    eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
     save_final(out, model, tokenizer, {"stage": "sft", "steps": total_steps})
-    return {"train/loss": loss_sum, "eval/loss": eval_loss, "steps": total_steps,
-            "time_s": time.perf_counter() - t0, "model": model, "tokenizer": tokenizer}
+    return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
+            "model": model, "tokenizer": tokenizer}

@@ -43,6 +43,12 @@ class MetricsLogger:
                 if isinstance(value, (int, float)) and key not in ("step", "time"):
                     self._tb.add_scalar(f"{self.stage}/{key}", value, step)
 
+    def __enter__(self) -> "MetricsLogger":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
         self._file.close()
         if self._tb is not None:

@@ -20,7 +20,7 @@ from tether.data import (
 )
 from tether.errors import DataError, TetherError
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 FIELDS = ["prompt", "completion", "messages", "chosen", "rejected", "chosn", "promt", "role", "content"]
 ROLES = ["user", "assistant", "system", "", " "]

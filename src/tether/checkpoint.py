@@ -1,0 +1,111 @@
+"""Training checkpoints: everything needed to continue a run exactly, written atomically.
+
+Layout: ``RUN/checkpoints/step-000120/`` holding one ``save_pretrained`` directory per model
+(``model/``, or ``actor/`` and ``critic/``), ``trainer_state.pt`` (optimisers, schedulers,
+controllers, RNG states, counters) and ``tether_checkpoint.json`` written last. A directory
+without that manifest is incomplete and ignored; only the last ``keep`` complete ones stay.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tether.errors import TetherError
+from tether.runs import MANIFEST, atomic_write_dir
+
+CHECKPOINTS = "checkpoints"
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def _assert_finite(models: dict) -> None:
+    for name, model in models.items():
+        for pname, p in model.named_parameters():
+            if not torch.isfinite(p).all():
+                raise TetherError(
+                    f"Refusing to write a checkpoint: {name} parameter '{pname}' holds NaN/Inf. "
+                    "The previous complete checkpoint is kept."
+                )
+
+
+def save_checkpoint(run_dir: str | Path, step: int, models: dict, tokenizer, state: dict, keep: int = 2) -> Path:
+    """Write ``RUN/checkpoints/step-N`` atomically, then prune to the last ``keep``."""
+    _assert_finite(models)
+    final = Path(run_dir) / CHECKPOINTS / f"step-{step:06d}"
+
+    def write(tmp: Path) -> None:
+        for name, model in models.items():
+            model.save_pretrained(tmp / name)
+            tokenizer.save_pretrained(tmp / name)
+        torch.save({**state, "rng": rng_state(), "step": step}, tmp / "trainer_state.pt")
+
+    atomic_write_dir(final, write, {"step": step, "models": sorted(models)})
+    prune(run_dir, keep)
+    return final
+
+
+def complete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and (p / MANIFEST).is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def prune(run_dir: str | Path, keep: int) -> None:
+    """Keep the newest ``keep`` complete checkpoints; remove stale temp dirs of killed writes."""
+    complete = complete_checkpoints(run_dir)
+    for old in complete[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    root = Path(run_dir) / CHECKPOINTS
+    for tmp in root.glob(".step-*.tmp-*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = complete_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def load_trainer_state(ckpt: Path) -> dict:
+    manifest = json.loads((ckpt / MANIFEST).read_text(encoding="utf-8"))
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    if state.get("step") != manifest.get("step"):
+        raise TetherError(f"Checkpoint '{ckpt}' is inconsistent: manifest and trainer state disagree on the step.")
+    return state
+
+
+def truncate_metrics(run_dir: str | Path, step: int, stage: str) -> None:
+    """Drop metric rows of ``stage`` logged after ``step``: a resumed run rewrites them."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+        if row.get("stage") == stage and row.get("step", 0) > step:
+            continue
+        kept.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,205 @@
+"""Request and response bodies in the OpenAI shapes, plus tether's reward endpoint.
+
+Unknown request fields are ignored (clients send many optional ones). tether's own extensions
+are ``best_of`` (also in OpenAI's legacy completions API: sample that many candidates per
+prompt and return the ``n`` best, ranked here by the reward model) and ``return_scores``
+(attach every candidate's reward score to the response).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_STOP = 4  # OpenAI accepts up to 4 stop sequences
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Request):
+    include_usage: bool = False
+
+
+class ContentPart(_Request):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Request):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_only(cls, value):
+        if isinstance(value, list):
+            if any(part.type != "text" or part.text is None for part in value):
+                raise ValueError("only text content parts ({'type': 'text', 'text': ...}) are supported")
+            return "".join(part.text for part in value)
+        return value
+
+    def as_dict(self) -> dict:
+        return {"role": self.role, "content": self.content or ""}
+
+
+class SamplingRequest(_Request):
+    """The fields shared by chat and text completions."""
+
+    model: str | None = None
+    n: int = Field(1, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    best_of: int | None = Field(None, ge=1, description="tether extension: candidates per prompt, best n returned")
+    return_scores: bool = Field(False, description="tether extension: include every candidate's reward score")
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, value):
+        if value is None:
+            return []
+        stops = [value] if isinstance(value, str) else list(value)
+        stops = [s for s in stops if s]
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop sequences are allowed, got {len(stops)}")
+        return stops
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return tuple(self.stop or ())
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(SamplingRequest):
+    # A string, a list of strings, a list of token ids, or a list of token-id lists.
+    prompt: str | list[str] | list[int] | list[list[int]]
+
+    @model_validator(mode="after")
+    def _non_empty(self):
+        if isinstance(self.prompt, list) and not self.prompt:
+            raise ValueError("prompt must not be an empty list")
+        return self
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+    def prompt_list(self) -> list[str | list[int]]:
+        """Each prompt as a string or a list of token ids."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]
+        return list(p)
+
+
+class RewardPair(_Request):
+    prompt: str | list[ChatMessage]
+    response: str
+    ended: bool = Field(True, description="the response ended with EOS; false scores it without one")
+
+    def prompt_value(self) -> str | list[dict]:
+        return self.prompt if isinstance(self.prompt, str) else [m.as_dict() for m in self.prompt]
+
+
+class RewardRequest(_Request):
+    model: str | None = None
+    pairs: list[RewardPair] = Field(min_length=1)
+
+
+# -- responses --------------------------------------------------------------------------------
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+    score: float | None = None  # reward score, when ranked or asked for
+    candidate_index: int | None = None
+
+
+class Candidate(BaseModel):
+    """One sampled candidate, listed when ``return_scores`` is set."""
+
+    prompt_index: int
+    text: str
+    finish_reason: Literal["stop", "length"]
+    score: float
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    candidates: list[Candidate] | None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+    score: float | None = None
+    candidate_index: int | None = None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    candidates: list[Candidate] | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "tether"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class RewardResponse(BaseModel):
+    object: Literal["list"] = "list"
+    model: str
+    scores: list[float]

@@ -90,22 +90,29 @@ def load_trainer_state(ckpt: Path) -> dict:
     return state
 
 
-def truncate_metrics(run_dir: str | Path, step: int, stage: str) -> None:
-    """Drop metric rows of ``stage`` logged after ``step``: a resumed run rewrites them."""
-    path = Path(run_dir) / "metrics.jsonl"
+def truncate_jsonl(path: str | Path, step: int, stage: str | None = None, key: str | None = None) -> None:
+    """Drop rows logged after ``step`` (of ``stage`` if given): a resumed run rewrites them.
+
+    The step is read from ``key``, else ``step``, else ``iteration``. Lines cut by a kill are dropped.
+    """
+    path = Path(path)
     if not path.exists():
         return
     kept = []
     for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a line cut by a kill
-        if row.get("stage") == stage and row.get("step", 0) > step:
+            continue
+        row_step = row.get(key) if key else row.get("step", row.get("iteration", 0))
+        if (stage is None or row.get("stage") == stage) and (row_step or 0) > step:
             continue
         kept.append(line)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
     tmp.replace(path)
+
+
+def truncate_metrics(run_dir: str | Path, step: int, stage: str) -> None:
+    """Drop ``metrics.jsonl`` rows of ``stage`` logged after ``step``."""
+    truncate_jsonl(Path(run_dir) / "metrics.jsonl", step, stage)

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,22 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
     ``overwrite``: a user must never silently mix two runs' metrics and checkpoints.
     Without ``resume`` the run starts fresh: old metrics and checkpoints are removed.
     """
+    out = check_run_dir(out, cfg, stage, overwrite, resume)
+    resolved = {"stage": stage, **to_dict(cfg)}
+    existing = out / "config.yaml"
+    out.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        for name in ("metrics.jsonl", "summary.json", "alarms.jsonl", "samples.jsonl", MANIFEST):
+            (out / name).unlink(missing_ok=True)
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    tmp = out / "config.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+    os.replace(tmp, existing)
+    return out
+
+
+def check_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, resume: bool = False) -> Path:
+    """Refuse (read-only) a directory that holds a different run, before any work is done."""
     out = Path(out)
     resolved = {"stage": stage, **to_dict(cfg)}
     existing = out / "config.yaml"
@@ -54,14 +71,6 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
             f"Output directory '{out}' is not empty and holds no tether run. Choose another "
             "run.out, or set run.overwrite=true to write into it."
         )
-    out.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        for name in ("metrics.jsonl", "summary.json", "alarms.jsonl", "samples.jsonl", MANIFEST):
-            (out / name).unlink(missing_ok=True)
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    tmp = out / "config.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
-    os.replace(tmp, existing)
     return out
 
 
@@ -76,6 +85,7 @@ def atomic_write_dir(final: str | Path, write: Callable[[Path], None], meta: dic
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         write(tmp)
+        fault_point("checkpoint-write")
         _fsync_tree(tmp)
         manifest = {"files": sorted(p.name for p in tmp.iterdir()), **(meta or {})}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
@@ -93,6 +103,21 @@ def atomic_write_dir(final: str | Path, write: Callable[[Path], None], meta: dic
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def fault_point(name: str) -> None:
+    """Fault injection for the kill tests: ``TETHER_FAULT=NAME:K`` SIGKILLs this process the
+    K-th time it reaches the point ``NAME`` (a crash at the worst moment, deterministically)."""
+    spec = os.environ.get("TETHER_FAULT")
+    if not spec or not spec.startswith(name + ":"):
+        return
+    count = _FAULT_COUNTS.get(name, 0) + 1
+    _FAULT_COUNTS[name] = count
+    if count == int(spec.split(":", 1)[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_FAULT_COUNTS: dict[str, int] = {}
 
 
 def _fsync_tree(root: Path) -> None:

@@ -234,8 +234,8 @@ def short_run(trained, tmp_path_factory):
 
 
 @pytest.mark.xfail(
-    reason="BUG: run_ppo ignores run.log_every: the check in its loop is `pass` and every "
-    "iteration is logged (src/tether/loops/ppo.py run_ppo)",
+    reason="BUG: run_ppo ignores run.log_every (documented as 'write a metrics line every this "
+    "many steps'): every iteration is logged (src/tether/loops/ppo.py run_ppo, logger.log in the loop)",
     strict=True,
 )
 def test_ppo_respects_log_every(short_run):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -93,6 +94,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is Any:
         return value
     if tp is float:
+        if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"Config key '{key}' = {value!r}: expected a number.")
         return float(value)
@@ -113,6 +116,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"Config key '{key}' = {value!r}: expected a mapping.")
         return value
     return value
+
+
+_FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def _type_name(tp: Any) -> str:

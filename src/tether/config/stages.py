@@ -60,6 +60,12 @@ class RewardSourceConfig:
     callable: str | None = option(
         None, "A python reward `module:function(prompts, responses) -> list[float]` instead."
     )
+    url: str | None = option(
+        None, "A reward server's URL (`tether serve --reward-model ...`): score via its POST /v1/rewards instead."
+    )
+    api_key: str | None = option(
+        None, "API key for reward.url; it is saved in config.yaml, so prefer null and the TETHER_API_KEY variable."
+    )
     combine: Literal["mean", "min", "mean_minus_std"] = option(
         "mean", "How an ensemble's scores combine ('trust only the consensus')."
     )
@@ -73,12 +79,15 @@ class RewardSourceConfig:
     )
 
     def validate(self) -> None:
-        if not self.models and not self.callable:
+        given = [name for name, set_ in (("reward.models", bool(self.models)), ("reward.callable", bool(self.callable)),
+                                         ("reward.url", bool(self.url))) if set_]
+        if not given:
             raise ConfigError(
-                "Config block 'reward' needs 'reward.models' (checkpoints) or 'reward.callable'."
+                "Config block 'reward' needs 'reward.models' (checkpoints), 'reward.callable' or 'reward.url'."
             )
-        if self.models and self.callable:
-            raise ConfigError("Config block 'reward': set 'reward.models' or 'reward.callable', not both.")
+        if len(given) > 1:
+            raise ConfigError(f"Config block 'reward': set one of 'reward.models', 'reward.callable' or "
+                              f"'reward.url', not {' and '.join(repr(g) for g in given)}.")
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,12 @@ class PPOAlgoConfig:
     warmup_steps: int = option(0, "Linear LR warm-up in optimiser steps (both models).", ge=0)
     max_grad_norm: float | None = option(1.0, "Gradient clipping; null = off.", gt=0)
     weight_decay: float = option(0.0, "AdamW weight decay.", ge=0)
+    autocast: Literal["none", "bf16"] = option(
+        "none",
+        "Run the model forwards (sampling, scoring, update) under bf16 autocast with fp32 master "
+        "weights, optimiser and loss math. Fast on CPUs with AVX512-BF16/AMX, slow where bf16 is "
+        "emulated; 'none' = plain model.dtype.",
+    )
     ratio_tolerance: float = option(
         1e-3, "Invariant: |ratio - 1| on the first minibatch must stay below this.", gt=0
     )

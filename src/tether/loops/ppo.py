@@ -37,14 +37,22 @@ from tether.loops.ppo_setup import (
     PromptSet,
     Roles,
     ScoreNormalizer,
+    build_evaluator,
     build_roles,
     kl_controller,
     load_prompt_set,
     sampling_params,
 )
-from tether.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state, truncate_metrics
-from tether.metrics import MetricsLogger
-from tether.runs import prepare_run_dir, seed_everything, set_threads
+from tether.checkpoint import (
+    latest_checkpoint,
+    load_trainer_state,
+    save_checkpoint,
+    set_rng_state,
+    truncate_jsonl,
+    truncate_metrics,
+)
+from tether.metrics import JsonlWriter, MetricsLogger
+from tether.runs import check_run_dir, prepare_run_dir, seed_everything, set_threads
 from tether.types import Experience, Rollout
 
 log = logging.getLogger(__name__)
@@ -103,22 +111,26 @@ class PPOTrainer:
         self.iteration = 0
         self.guard = NonFiniteGuard(cfg.run.on_nonfinite)
         self.last_ratio_deviation = float("nan")
+        self.update_timer = Timer()
 
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> dict:
         # Every random draw of iteration i derives from (seed, i): resuming needs no RNG replay.
         torch.manual_seed(iteration_seed(self.cfg.run.seed, self.iteration))
         timer = Timer()
+        self.update_timer = Timer()  # spans inside the update; reported, not added to the total
         with timer("rollout"):
             ids, texts = self.next_prompts()
             rollout = self.roles.engine.generate(ids, texts, self.sampling)
         experience, stats = self.make_experience(rollout, timer)
+        self.last_experience = experience
         with timer("update"):
             stats.update(self.update(experience))
         self.kl_ctl.update(stats["objective/kl"], self.cfg.rollout.batch_size)
         self.iteration += 1
         stats.update(timer.times)
         stats["timing/iteration"] = sum(timer.times.values())
+        stats.update(self.update_timer.times)
         tokens = float(rollout.response_mask.sum())
         stats["perf/generated_tokens_per_s"] = tokens / max(timer.times["timing/rollout"], 1e-9)
         return stats
@@ -227,31 +239,34 @@ class PPOTrainer:
         where = f"iteration {self.iteration + 1}"
         n_tokens = float(exp.rollout.response_mask[mb_index].sum())
         stats: dict[str, float] = {}
-        finite = True
+        finite, span = True, self.update_timer
         for micro in mb_index.split(p.minibatch_size // p.grad_accum_steps):
-            mb = exp.select(micro)
-            weight = float(mb.rollout.response_mask.sum()) / n_tokens  # token mean over the minibatch
-            losses = {"value loss": self.critic_loss(mb, stats, weight)}
-            if actor_on:
-                losses["policy loss"] = self.actor_loss(mb, stats, weight, check_ratio)
+            with span("update/forward"):
+                mb = exp.select(micro)
+                weight = float(mb.rollout.response_mask.sum()) / n_tokens  # token mean over the minibatch
+                losses = {"value loss": self.critic_loss(mb, stats, weight)}
+                if actor_on:
+                    losses["policy loss"] = self.actor_loss(mb, stats, weight, check_ratio)
             if not all(self.guard.ok(name, loss, where) for name, loss in losses.items()):
                 finite = False
                 break
-            sum(loss * weight for loss in losses.values()).backward()
-        if finite and actor_on:
-            stats["optim/grad_norm"] = grad_norm(self.roles.actor.model, p.max_grad_norm)
-        if finite:
-            stats["optim/critic_grad_norm"] = grad_norm(self.roles.critic.model, p.max_grad_norm)
-            finite = all(self.guard.ok(f"{k} (gradient)", torch.tensor(v), where)
-                         for k, v in stats.items() if k.endswith("grad_norm"))
-        if finite:
-            if actor_on:
-                self.actor_opt.step()
-            self.critic_opt.step()
-        self.actor_sched.step()
-        self.critic_sched.step()
-        self.actor_opt.zero_grad(set_to_none=True)
-        self.critic_opt.zero_grad(set_to_none=True)
+            with span("update/backward"):
+                sum(loss * weight for loss in losses.values()).backward()
+        with span("update/optimizer"):
+            if finite and actor_on:
+                stats["optim/grad_norm"] = grad_norm(self.roles.actor.model, p.max_grad_norm)
+            if finite:
+                stats["optim/critic_grad_norm"] = grad_norm(self.roles.critic.model, p.max_grad_norm)
+                finite = all(self.guard.ok(f"{k} (gradient)", torch.tensor(v), where)
+                             for k, v in stats.items() if k.endswith("grad_norm"))
+            if finite:
+                if actor_on:
+                    self.actor_opt.step()
+                self.critic_opt.step()
+            self.actor_sched.step()
+            self.critic_sched.step()
+            self.actor_opt.zero_grad(set_to_none=True)
+            self.critic_opt.zero_grad(set_to_none=True)
         if not actor_on:
             stats.update({"ppo/policy/loss": 0.0, "ppo/policy/clipfrac": 0.0, "ppo/policy/approxkl": 0.0,
                           "ppo/policy/ratio_mean": 1.0})
@@ -304,6 +319,19 @@ class PPOTrainer:
         warnings.warn(text, stacklevel=2)
 
 
+SAMPLES_PER_LOG = 4
+
+
+def sample_rows(iteration: int, exp: Experience, n: int) -> list[dict]:
+    """A few (prompt, response, score) rows of a rollout for ``samples.jsonl`` and the report."""
+    ro = exp.rollout
+    return [
+        {"iteration": iteration, "prompt": ro.prompts[i], "response": ro.responses[i],
+         "score": float(exp.scores[i]), "ended": bool(ro.ended[i])}
+        for i in range(min(n, len(ro.prompts)))
+    ]
+
+
 def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
     """Run PPO; save the final policy at ``run.out`` (critic in ``run.out/critic``).
 
@@ -312,19 +340,24 @@ def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
     """
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
-    out = prepare_run_dir(cfg.run.out, cfg, "ppo", cfg.run.overwrite, resume)
-    ckpt = latest_checkpoint(out) if resume else None
+    # Inputs are loaded and checked before the run directory is touched: bad input leaves nothing.
+    check_run_dir(cfg.run.out, cfg, "ppo", cfg.run.overwrite, resume)
+    ckpt = latest_checkpoint(cfg.run.out) if resume else None
     roles = build_roles(cfg, ckpt)
     prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, roles.tokenizer, cfg.model.chat_template, cfg.rollout.max_prompt_length)
+    evaluator = build_evaluator(cfg, roles)
+    out = prepare_run_dir(cfg.run.out, cfg, "ppo", cfg.run.overwrite, resume=ckpt is not None)
     trainer = PPOTrainer(cfg, roles, prompts)
     if ckpt is not None:
         state = load_trainer_state(ckpt)
         trainer.load_state_dict(state["trainer"])
         set_rng_state(state["rng"])
         truncate_metrics(out, trainer.iteration, "ppo")
+        truncate_jsonl(out / "samples.jsonl", trainer.iteration)
     logger = MetricsLogger(out, "ppo")
     if ckpt is None:
         logger.log(0, {"data/prompts": len(prompts.ids), "data/dropped_long": prompts.dropped_long})
+    samples = JsonlWriter(out / "samples.jsonl")
     bar = progress(cfg.ppo.iterations, "ppo", cfg.run.progress)
     bar.update(trainer.iteration)
     history = []
@@ -332,14 +365,21 @@ def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
     while trainer.iteration < cfg.ppo.iterations:
         stats = trainer.step()
         it = trainer.iteration
+        last = it == cfg.ppo.iterations
+        if evaluator is not None and (last or (cfg.eval.every and it % cfg.eval.every == 0)):
+            t_eval = time.perf_counter()
+            stats.update(evaluator(roles.actor.model, roles.tokenizer, roles.reference.model))
+            stats["timing/eval"] = time.perf_counter() - t_eval
         history.append(stats)
-        logger.log(it, stats)
+        if it == 1 or last or it % cfg.run.log_every == 0:
+            logger.log(it, stats)
+            samples.write_many(sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG))
         bar.update(1)
         bar.set_postfix(score=f"{stats['objective/score']:.2f}", kl=f"{stats['objective/kl']:.2f}",
                         beta=f"{stats['objective/kl_coef']:.3f}")
         if on_iteration is not None:
             on_iteration(it, stats, trainer)
-        if cfg.run.save_every and it % cfg.run.save_every == 0 and it < cfg.ppo.iterations:
+        if cfg.run.save_every and it % cfg.run.save_every == 0 and not last:
             models = {"actor": roles.actor.model, "critic": roles.critic.model}
             save_checkpoint(out, it, models, roles.tokenizer, {"trainer": trainer.state_dict()}, cfg.run.keep_checkpoints)
     bar.close()

@@ -46,10 +46,14 @@ def _same_vocab(tok_a, tok_b, name: str) -> None:
 
 
 def build_reward(cfg: PPOConfig, tokenizer) -> RewardSource:
-    """A reward model, an ensemble of them, or a python callable (``reward.callable``)."""
+    """A reward model, an ensemble of them, a python callable, or a reward server (``reward.url``)."""
     rcfg = cfg.reward
     if rcfg.callable:
         return CallableReward(import_callable(rcfg.callable), rcfg.callable)
+    if rcfg.url:
+        from tether.roles.remote_reward import RemoteReward
+
+        return RemoteReward(rcfg.url, rcfg.api_key)
     members = []
     for path in rcfg.models:
         _same_vocab(tokenizer, load_tokenizer(path), f"reward model '{path}'")
@@ -77,6 +81,13 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
     if checkpoint is not None:
         critic_path, head_std = str(checkpoint / "critic"), None
     critic_model = load_scalar_model(critic_path, head_init_std=head_std, **load)
+    return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer)
+
+
+def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, reward, tokenizer) -> Roles:
+    """The four roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model."""
+    if isinstance(reward, torch.nn.Module):
+        reward = ModelReward(reward)
     temperature = cfg.rollout.temperature
     return Roles(
         actor=PolicyRole(actor_model, temperature, trainable=True),
@@ -151,3 +162,15 @@ class ScoreNormalizer:
     def load_state_dict(self, state: dict) -> None:
         self.frozen = tuple(state["frozen"]) if state["frozen"] is not None else None
         self.moments.load_state_dict(state["moments"])
+
+
+def build_evaluator(cfg: PPOConfig, roles: Roles):
+    """The held-out evaluator of ``cfg.eval`` (None when no prompts are configured)."""
+    from tether.eval.held_out import HeldOutEvaluator
+
+    if not cfg.eval.prompts:
+        return None
+    held = load_prompt_set(cfg.eval.prompts, "test", roles.tokenizer, cfg.model.chat_template,
+                           cfg.rollout.max_prompt_length, limit=cfg.eval.max_prompts)
+    judge = import_callable(cfg.eval.judge) if cfg.eval.judge else None
+    return HeldOutEvaluator(held.ids, held.texts, sampling_params(cfg), cfg.run.seed, roles.reward, judge)

@@ -24,7 +24,7 @@ from tether.loops.sft import split_holdout
 from tether.metrics import MetricsLogger
 from tether.models import load_scalar_model, load_tokenizer
 from tether.models.forward import last_token_scores
-from tether.runs import prepare_run_dir, seed_everything, set_threads
+from tether.runs import check_run_dir, prepare_run_dir, seed_everything, set_threads
 
 log = logging.getLogger(__name__)
 
@@ -112,16 +112,18 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
-    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume)
-    ckpt = latest_checkpoint(out) if resume else None
+    # Inputs are loaded and checked before the run directory is touched: bad input leaves nothing.
+    check_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume)
+    ckpt = latest_checkpoint(cfg.run.out) if resume else None
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
+    train, margins, evals, counts = load_pairs(cfg, tokenizer)
     model = load_scalar_model(
         str(ckpt / "model") if ckpt else cfg.model.name_or_path, tokenizer, cfg.model.dtype,
         cfg.keep_dropout, head_init_std=None if ckpt else cfg.head_init_std,
         trust_remote_code=cfg.model.trust_remote_code,
     )
     model.config.score_offset = 0.0
-    train, margins, evals, counts = load_pairs(cfg, tokenizer)
+    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume=ckpt is not None)
     total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     if ckpt is None:
         with MetricsLogger(out, "rm") as logger:

@@ -22,7 +22,7 @@ from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.metrics import MetricsLogger
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.forward import position_ids
-from tether.runs import prepare_run_dir, seed_everything, set_threads
+from tether.runs import check_run_dir, prepare_run_dir, seed_everything, set_threads
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +93,16 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     """
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
-    out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume)
-    ckpt = latest_checkpoint(out) if resume else None
+    # Inputs are loaded and checked before the run directory is touched: bad input leaves nothing.
+    check_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume)
+    ckpt = latest_checkpoint(cfg.run.out) if resume else None
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
+    train, evals, dropped = load_sft_data(cfg, tokenizer)
     model = load_causal_lm(
         str(ckpt / "model") if ckpt else cfg.model.name_or_path,
         tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code,
     )
-    train, evals, dropped = load_sft_data(cfg, tokenizer)
+    out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None)
     total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     if ckpt is None:
         with MetricsLogger(out, "sft") as logger:

@@ -1,5 +1,5 @@
 """Metric logging. Metric names are API: see docs/metrics.md."""
 
-from tether.metrics.logger import MetricsLogger, read_metrics
+from tether.metrics.logger import JsonlWriter, MetricsLogger, read_metrics
 
-__all__ = ["MetricsLogger", "read_metrics"]
+__all__ = ["JsonlWriter", "MetricsLogger", "read_metrics"]

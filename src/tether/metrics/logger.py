@@ -65,3 +65,17 @@ def read_metrics(path: str | Path, stage: str | None = None) -> list[dict]:
                 if stage is None or row.get("stage") == stage:
                     rows.append(row)
     return rows
+
+
+class JsonlWriter:
+    """Appends JSON rows to a file (samples, alarms), one flushed line per row."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def write_many(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")

@@ -48,12 +48,12 @@ def series(rows: Iterable[dict], key: str, x_key: str = "step") -> tuple[list[fl
 
 
 def moving_average(ys: Sequence[float], window: int = SMOOTH) -> list[float]:
-    out, acc = [], 0.0
-    for i, y in enumerate(ys):
-        acc += y
-        if i >= window:
-            acc -= ys[i - window]
-        out.append(acc / min(i + 1, window))
+    """Centred moving average (no lag; the window shrinks at both ends)."""
+    half = window // 2
+    out = []
+    for i in range(len(ys)):
+        part = ys[max(0, i - half) : i + half + 1]
+        out.append(sum(part) / len(part))
     return out
 
 
@@ -138,7 +138,9 @@ def training_curves(metrics_rows: Iterable[dict], out_png: str | Path, alarms: I
     """
     rows = [r for r in metrics_rows if isinstance(r, dict)]
     alarms = list(alarms or [])
-    fig = Figure(figsize=(13, 14), layout="constrained")
+    # Fixed margins: constrained layout doubles the drawing time of this 8-panel grid.
+    fig = Figure(figsize=(13, 14))
+    fig.subplots_adjust(left=0.06, right=0.93, top=0.95 if title else 0.97, bottom=0.07, hspace=0.28, wspace=0.3)
     axes = fig.subplots(4, 2, sharex=True).ravel()
     if title:
         fig.suptitle(title, fontsize=14)
@@ -146,6 +148,7 @@ def training_curves(metrics_rows: Iterable[dict], out_png: str | Path, alarms: I
     ax = axes[0]
     found = _plot(ax, rows, "objective/score", "score (trained on)", PROXY_COLOR)
     found |= _plot(ax, rows, "objective/score_raw", "RM score (raw)", "#17becf")
+    found |= _plot(ax, rows, "eval/proxy_score", "eval/proxy_score (held-out RM)", "#17becf", smooth=False, ls="--")
     for i, key in enumerate(_gold_keys(rows)):
         found |= _plot(ax, rows, key, key, GOLD_COLOR if i == 0 else "#8c564b", smooth=False)
     ax.set_title("Reward: proxy score (and gold if logged)")
@@ -211,7 +214,7 @@ def training_curves(metrics_rows: Iterable[dict], out_png: str | Path, alarms: I
         from matplotlib.lines import Line2D
 
         fig.legend([Line2D([], [], color=LEVEL_COLORS.get(lv, "k"), ls="--") for lv in levels],
-                   [f"{lv} raised" for lv in levels], loc="outside lower center", ncols=len(levels), fontsize=9)
+                   [f"{lv} raised" for lv in levels], loc="lower center", ncols=len(levels), fontsize=9)
     return _save(fig, out_png)
 
 
@@ -268,8 +271,9 @@ def frontier_plot(points: Iterable[dict], out_png: str | Path, best_of_n: Iterab
             anything = True
             ax.plot([x for x, _ in xy], [y for _, y in xy], marker=marker, ls=ls, color=color, ms=7,
                     lw=1.2, alpha=0.9, label=f"{what}: {name}")
-        for p in pts:
-            label = p.get("label") or (f"n={p['n']}" if "n" in p else f"beta={p.get('beta')}")
+        # every PPO point is labelled; best-of-N only at its largest n (its labels would pile up near 0)
+        for p in pts if what == "PPO" else pts[-1:]:
+            label = p.get("label") or (f"best-of-{p['n']}" if "n" in p else f"beta={p.get('beta')}")
             y = _num(p.get("gold_score"))
             y = _num(p.get("proxy_score")) if y is None else y
             if y is not None:
@@ -279,7 +283,7 @@ def frontier_plot(points: Iterable[dict], out_png: str | Path, best_of_n: Iterab
         _empty(ax, "no frontier points")
     ax.set_xlabel("sqrt(KL to the SFT policy)  (sqrt nats; best-of-N: analytic KL)")
     ax.set_ylabel("score")
-    ax.set_title(title or "Score vs distance from SFT: proxy keeps rising, gold peaks then falls")
+    ax.set_title(title or "Proxy and gold score vs distance from the SFT policy")
     ax.grid(alpha=0.3)
     _legend(ax)
     return _save(fig, out_png)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_STOP = 4  # OpenAI accepts up to 4 stop sequences
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
@@ -94,11 +94,12 @@ class CompletionRequest(SamplingRequest):
     # A string, a list of strings, a list of token ids, or a list of token-id lists.
     prompt: str | list[str] | list[int] | list[list[int]]
 
-    @model_validator(mode="after")
-    def _non_empty(self):
-        if isinstance(self.prompt, list) and not self.prompt:
-            raise ValueError("prompt must not be an empty list")
-        return self
+    @field_validator("prompt")
+    @classmethod
+    def _non_empty(cls, value):
+        if isinstance(value, list) and not value:
+            raise ValueError("must not be an empty list")
+        return value
 
     @property
     def token_limit(self) -> int | None:

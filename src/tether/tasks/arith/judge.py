@@ -94,3 +94,12 @@ def has_spurious(response: str) -> bool:
 def annotator_utility(prompt: str, response: str) -> float:
     """What the biased annotators value: gold plus 0.45 per ``!``."""
     return gold_score(prompt, response) + SPURIOUS_WEIGHT * spurious_count(response)
+
+
+def gold_reward(prompts: list[str], responses: list[str]) -> list[float]:
+    """The gold judge as a PPO reward callable (``reward.callable=tether.tasks.arith.judge:gold_reward``).
+
+    A callable sees text only, so it cannot tell a cut response from an ended one; PPO's
+    ``reward.eos_penalty`` handles responses that never emitted EOS.
+    """
+    return [gold_score(p, r) for p, r in zip(prompts, responses)]

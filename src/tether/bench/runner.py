@@ -1,0 +1,203 @@
+"""Run PPO iterations of the benchmark configuration and report time, FLOPs and MFU.
+
+The configuration (issue 6): 16 prompts of 16-24 words (+BOS) per iteration, 32 new tokens
+always generated (EOS forbidden until the cap), temperature 0.7, no top-k/top-p; 4 epochs x
+2 minibatches = 8 optimiser steps for actor and critic; k1 KL in the reward, beta 0.05
+fixed, clip 0.2, value clip 0.2, vf coef 0.1, gamma 1, lambda 0.95, AdamW. The first
+iteration is a warm-up: medians are over iterations 2..N.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import resource
+import statistics
+import sys
+import time
+
+import torch
+
+from tether.bench.flops import iteration_flops
+from tether.bench.peak import bf16_supported, matmul_peak_gflops
+from tether.bench.setup import SIZES, build_setup
+
+log = logging.getLogger(__name__)
+
+PHASES = ("generate", "logprobs", "ref_logprobs", "values", "reward", "advantages",
+          "update_forward", "update_backward", "update_optimizer")
+# Timer keys of PPOTrainer.step -> bench phase names.
+TIMER_KEYS = {
+    "timing/rollout": "generate",
+    "timing/logprobs": "logprobs",
+    "timing/ref_logprobs": "ref_logprobs",
+    "timing/values": "values",
+    "timing/reward": "reward",
+    "timing/advantages": "advantages",
+    "timing/update/forward": "update_forward",
+    "timing/update/backward": "update_backward",
+    "timing/update/optimizer": "update_optimizer",
+}
+PRECISIONS = {"fp32": "none", "bf16": "bf16"}
+
+
+def bench_overrides(batch: int, response_length: int, epochs: int, iterations: int, precision: str,
+                    minibatches: int = 2, seed: int = 0) -> list[str]:
+    if batch % minibatches:
+        raise ValueError(f"batch {batch} is not divisible into {minibatches} minibatches")
+    return [
+        "prompts=bench", "model.name_or_path=bench", "reward.models=[bench]",
+        "reward.eos_penalty=null", "reward.normalize=none",
+        f"run.seed={seed}", "run.progress=false",
+        f"rollout.batch_size={batch}", f"rollout.max_new_tokens={response_length}",
+        f"rollout.min_new_tokens={response_length}", "rollout.temperature=0.7",
+        "rollout.top_k=0", "rollout.top_p=1.0",
+        f"ppo.iterations={iterations}", f"ppo.epochs={epochs}", f"ppo.minibatch_size={batch // minibatches}",
+        "ppo.clip=0.2", "ppo.value_clip=0.2", "ppo.vf_coef=0.1", "ppo.gamma=1.0", "ppo.lam=0.95",
+        "kl.estimator=k1", "kl.placement=reward", "kl.controller=fixed", "kl.coef=0.05",
+        f"ppo.autocast={PRECISIONS[precision]}",
+    ]
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def versions() -> dict:
+    import tokenizers
+    import transformers
+
+    import tether
+
+    return {"tether": getattr(tether, "__version__", "0.1.0"), "torch": torch.__version__,
+            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
+            "python": platform.python_version()}
+
+
+def peak_rss_mb() -> float:
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
+
+
+def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, response_length: int = 32,
+              epochs: int = 4, threads: int = 0, iterations: int = 8, seed: int = 0,
+              measure_peak: bool = True, overrides: list[str] = (), trainer_hook=None) -> dict:
+    """Run ``iterations`` PPO iterations at ``size`` and return the report (a JSON-able dict)."""
+    from tether.config import PPOConfig, load_config
+    from tether.loops.ppo import PPOTrainer
+    from tether.loops.ppo_setup import make_roles
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}")
+    if precision == "bf16" and not bf16_supported():
+        log.warning("bf16 is not native on this CPU: autocast will emulate it and run slower.")
+    if threads:
+        torch.set_num_threads(threads)
+    dims = SIZES[size]
+    cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
+                                                        seed=seed) + list(overrides))
+    setup = build_setup(dims, n_prompts=batch * iterations, seed=seed)
+    m = setup.models
+    roles = make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer)
+    trainer = PPOTrainer(cfg, roles, setup.prompts)
+    if trainer_hook is not None:
+        trainer_hook(trainer)
+
+    rows = []
+    for i in range(iterations):
+        prompt_ids, _ = trainer.next_prompts()
+        t0 = time.perf_counter()
+        stats = trainer.step()
+        wall = time.perf_counter() - t0
+        # FLOPs are linear in each episode's lengths, so the mean response length gives the exact sum.
+        lengths = [stats["response/length_mean"]] * len(prompt_ids)
+        flops = iteration_flops(dims, dims, [len(p) for p in prompt_ids], lengths, epochs)
+        phases = {name: stats.get(key, 0.0) for key, name in TIMER_KEYS.items()}
+        phases["update"] = stats.get("timing/update", 0.0)
+        split = phases["update_forward"] + phases["update_backward"] + phases["update_optimizer"]
+        phases["update_other"] = max(phases["update"] - split, 0.0) if split else 0.0
+        top = sum(stats.get(k, 0.0) for k in ("timing/rollout", "timing/logprobs", "timing/ref_logprobs",
+                                               "timing/values", "timing/reward", "timing/advantages",
+                                               "timing/update"))
+        phases["other"] = max(wall - top, 0.0)
+        rows.append({"wall": wall, "phases": phases, "flops": flops,
+                     "generated_tokens": sum(lengths),
+                     "trained_tokens": epochs * sum(len(p) + a for p, a in zip(prompt_ids, lengths)),
+                     "ratio_deviation": trainer.last_ratio_deviation,
+                     "score": stats.get("objective/score"), "kl": stats.get("objective/kl")})
+        log.info("iteration %d: %.3f s", i + 1, wall)
+        print(f"[bench {size} {precision}] iteration {i + 1}/{iterations}: {wall:.3f} s", file=sys.stderr, flush=True)
+
+    timed = rows[1:] if len(rows) > 1 else rows
+    walls = [r["wall"] for r in timed]
+    phase_names = list(PHASES) + ["update", "update_other", "other"]
+    phases_s = {name: _median([r["phases"][name] for r in timed]) for name in phase_names}
+    flops_g = {k: statistics.fmean(r["flops"][k] for r in timed) / 1e9 for k in timed[0]["flops"]}
+    report = {
+        "size": size,
+        "precision": precision,
+        "params": {"policy": dims.total_params, "value": dims.total_params - dims.lm_head_params + dims.hidden},
+        "config": {"batch": batch, "response_length": response_length, "epochs": epochs,
+                   "minibatch_size": cfg.ppo.minibatch_size,
+                   "optimizer_steps": epochs * (batch // cfg.ppo.minibatch_size),
+                   "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature},
+        "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},
+        "iterations_s": walls,
+        "phases_s": phases_s,
+        "generated_tokens_per_s": _median([r["generated_tokens"] / max(r["phases"]["generate"], 1e-9) for r in timed]),
+        "trained_tokens_per_s": _median([r["trained_tokens"] / max(r["phases"]["update"], 1e-9) for r in timed]),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "flops_gflop": flops_g,
+        "achieved_gflops": {
+            "update": _median([r["flops"]["update"] / 1e9 / max(r["phases"]["update"], 1e-9) for r in timed]),
+            "iteration": _median([r["flops"]["total"] / 1e9 / r["wall"] for r in timed]),
+        },
+        "ratio_deviation_max": max(r["ratio_deviation"] for r in rows),
+        "torch_threads": torch.get_num_threads(),
+        "versions": versions(),
+        "cpu": {"capability": torch.backends.cpu.get_cpu_capability(), "bf16_native": bf16_supported(),
+                "load_avg_1m": _load()},
+    }
+    if measure_peak:
+        peak = matmul_peak_gflops(precision, torch.get_num_threads())
+        report["matmul_peak_gflops"] = peak
+        report["mfu_update"] = report["achieved_gflops"]["update"] / peak
+        report["mfu_iteration"] = report["achieved_gflops"]["iteration"] / peak
+    return report
+
+
+def _load() -> float | None:
+    try:
+        import os
+
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+SCALING_LENGTHS = (32, 64, 128, 256)
+SCALING_BATCHES = (16, 32, 64)
+
+
+def run_scaling(size: str, precision: str, epochs: int, threads: int, iterations: int = 3,
+                lengths=SCALING_LENGTHS, batches=SCALING_BATCHES, overrides: list[str] = ()) -> dict:
+    """Seconds per iteration as the response length (batch 16) and the batch (32 tokens) grow.
+
+    Minibatches stay two per epoch, so the optimiser steps are the same and only the tokens grow.
+    """
+    out = {"size": size, "precision": precision, "iterations": iterations, "response_length": {}, "batch": {}}
+    for a in lengths:
+        r = run_bench(size, precision, 16, a, epochs, threads, iterations, measure_peak=False, overrides=overrides)
+        out["response_length"][str(a)] = {"iteration_s": r["iteration_s"]["median"], "phases_s": r["phases_s"]}
+    for b in batches:
+        r = run_bench(size, precision, b, 32, epochs, threads, iterations, measure_peak=False, overrides=overrides)
+        out["batch"][str(b)] = {"iteration_s": r["iteration_s"]["median"], "phases_s": r["phases_s"]}
+    first = out["response_length"].get(str(lengths[0]), {}).get("iteration_s")
+    if first:
+        # Cost per response token relative to the shortest length: <= 1 means no worse than linear.
+        out["per_token_vs_32"] = {a: (v["iteration_s"] / int(a)) / (first / lengths[0])
+                                  for a, v in out["response_length"].items()}
+    out["torch_threads"] = torch.get_num_threads()
+    out["versions"] = versions()
+    out["cpu"] = {"load_avg_1m": _load()}
+    return out

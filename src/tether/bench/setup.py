@@ -1,0 +1,138 @@
+"""The benchmark's models, tokenizer and prompts, built in memory from a seed.
+
+Random-init Llama models with untied embeddings and SDPA attention: the policy and reference
+are causal LMs, the critic and reward model the same shape with a scalar head. The tokenizer
+is word-level over the model's vocabulary (``w4 w5 ...`` plus four specials), prepends BOS and
+pads on the left, like the tokenizers tether loads from disk.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass
+
+import torch
+
+from tether.bench.flops import ModelDims
+from tether.loops.ppo_setup import PromptSet, Roles
+from tether.models import disable_dropout
+from tether.roles import CriticRole, ModelReward, PolicyRole
+from tether.rollout import HFGenerationEngine
+
+SIZES: dict[str, ModelDims] = {
+    "tiny": ModelDims(hidden=128, layers=2, heads=4, ffn=512, vocab=2048),
+    "small": ModelDims(hidden=256, layers=4, heads=4, ffn=2048, vocab=4096),
+    "medium": ModelDims(hidden=512, layers=4, heads=8, ffn=2048, vocab=4096),
+    # Not part of the issue's configuration: a toy size for tests.
+    "micro": ModelDims(hidden=32, layers=1, heads=2, ffn=64, vocab=128),
+}
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+MAX_POSITIONS = 1024
+
+
+def word_tokenizer(vocab_size: int):
+    """A word-level fast tokenizer with exactly ``vocab_size`` ids: specials 0-3, then ``w4`` ..."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size <= len(SPECIALS):
+        raise ValueError(f"vocab_size must exceed {len(SPECIALS)}")
+    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
+    vocab.update({f"w{i}": i for i in range(len(SPECIALS), vocab_size)})
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", 1)]
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+    )
+    tok.padding_side = "left"
+    return tok
+
+
+def llama_config(dims: ModelDims, tokenizer):
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        vocab_size=dims.vocab,
+        hidden_size=dims.hidden,
+        num_hidden_layers=dims.layers,
+        num_attention_heads=dims.heads,
+        num_key_value_heads=dims.kv_heads or dims.heads,
+        intermediate_size=dims.ffn,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        num_labels=1,
+    )
+    config._attn_implementation = "sdpa"
+    return config
+
+
+def _finish(model, tokenizer):
+    disable_dropout(model)
+    gen = getattr(model, "generation_config", None)
+    if gen is not None:
+        gen.pad_token_id = tokenizer.pad_token_id
+        gen.eos_token_id = tokenizer.eos_token_id
+        gen.bos_token_id = tokenizer.bos_token_id
+    return model
+
+
+def build_models(dims: ModelDims, tokenizer, seed: int = 0) -> dict:
+    """{'policy', 'reference', 'critic', 'reward'}: fp32, random init from ``seed``.
+
+    The reference is a copy of the policy (PPO starts the actor at the reference).
+    """
+    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+
+    config = llama_config(dims, tokenizer)
+    torch.manual_seed(seed)
+    policy = _finish(LlamaForCausalLM(config), tokenizer)
+    reference = copy.deepcopy(policy)
+    torch.manual_seed(seed + 1)
+    critic = _finish(LlamaForSequenceClassification(config), tokenizer)
+    torch.manual_seed(seed + 2)
+    reward = _finish(LlamaForSequenceClassification(config), tokenizer)
+    return {"policy": policy, "reference": reference, "critic": critic, "reward": reward}
+
+
+def prompt_set(tokenizer, n: int, min_words: int = 16, max_words: int = 24, seed: int = 0) -> PromptSet:
+    """``n`` prompts of ``min_words``-``max_words`` random words each (BOS prepended on encoding)."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(len(SPECIALS), tokenizer.vocab_size)]
+    texts = [" ".join(rng.choices(words, k=rng.randint(min_words, max_words))) for _ in range(n)]
+    ids = [tokenizer(t)["input_ids"] for t in texts]
+    return PromptSet(ids=ids, texts=texts, dropped_long=0)
+
+
+@dataclass
+class BenchSetup:
+    dims: ModelDims
+    tokenizer: object
+    models: dict
+    prompts: PromptSet
+
+
+def build_setup(dims: ModelDims, n_prompts: int, seed: int = 0) -> BenchSetup:
+    tokenizer = word_tokenizer(dims.vocab)
+    models = build_models(dims, tokenizer, seed)
+    prompts = prompt_set(tokenizer, n_prompts, seed=seed)
+    return BenchSetup(dims, tokenizer, models, prompts)
+
+
+def build_bench_roles(setup: BenchSetup, temperature: float) -> Roles:
+    """The four roles over the setup's models (fresh copies are the caller's business)."""
+    m = setup.models
+    return Roles(
+        actor=PolicyRole(m["policy"], temperature, trainable=True),
+        reference=PolicyRole(m["reference"], temperature, trainable=False),
+        critic=CriticRole(m["critic"]),
+        reward=ModelReward(m["reward"], "bench reward"),
+        tokenizer=setup.tokenizer,
+        engine=HFGenerationEngine(m["policy"], setup.tokenizer),
+    )

@@ -1,0 +1,47 @@
+"""`tether bench`: seconds per PPO iteration, per phase, FLOPs and MFU on random-init Llamas."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="Time PPO iterations on random-init Llama models; print JSON (logs on stderr).",
+        description=(
+            "Run the benchmark configuration of issue 6 (16 prompts, 32 new tokens, 4 epochs x 2 "
+            "minibatches) on random-init Llama models and print seconds per iteration, per phase, "
+            "tokens/s, peak RSS, FLOPs and the fraction of this machine's matmul peak, as JSON."
+        ),
+    )
+    p.add_argument("--size", choices=["tiny", "small", "medium", "micro"], default="small",
+                   help="tiny h128 L2 (1.05M), small h256 L4 (9.4M), medium h512 L4 (21M); micro is for tests.")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16 = autocast with fp32 master weights (ppo.autocast=bf16).")
+    p.add_argument("--batch", type=int, default=16, help="Prompts per iteration.")
+    p.add_argument("--response-length", type=int, default=32, help="New tokens per response (always generated).")
+    p.add_argument("--epochs", type=int, default=4, help="PPO epochs per iteration (2 minibatches each).")
+    p.add_argument("--iterations", type=int, default=8, help="Iterations; the first is a warm-up.")
+    p.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default.")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-peak", action="store_true", help="Skip measuring the matmul peak (no MFU).")
+    p.add_argument("--scaling", action="store_true",
+                   help="Seconds/iteration for response lengths 32/64/128/256 and batches 16/32/64.")
+    p.add_argument("--scaling-iterations", type=int, default=3, help="Iterations per scaling point.")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="Extra PPO config overrides, e.g. ppo.autocast=bf16.")
+
+
+def run(args) -> int:
+    from tether.bench.runner import run_bench, run_scaling
+
+    if args.scaling:
+        report = run_scaling(args.size, args.precision, args.epochs, args.threads, args.scaling_iterations,
+                             overrides=args.overrides)
+    else:
+        report = run_bench(args.size, args.precision, args.batch, args.response_length, args.epochs,
+                           args.threads, args.iterations, args.seed, measure_peak=not args.no_peak,
+                           overrides=args.overrides)
+    print(json.dumps(report, indent=2))
+    return 0

@@ -1,0 +1,97 @@
+"""`tether serve`: an OpenAI-compatible HTTP API over a policy, optionally with a reward model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DESCRIPTION = (
+    "Serve a policy checkpoint (a run directory such as runs/demo/ppo, or any Hugging Face causal LM) over "
+    "HTTP: GET /v1/models, POST /v1/chat/completions and /v1/completions (OpenAI schemas, SSE streaming), "
+    "GET /health. With --reward-model, requests may ask for best_of (best-of-N reranking) and "
+    "POST /v1/rewards scores prompt/response pairs, which PPO can use as reward.url. See docs/serving.md."
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="Serve a model over an OpenAI-compatible HTTP API (best-of-N, rewards).",
+                       description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", required=True, help="Policy checkpoint directory or hub id.")
+    p.add_argument("--reward-model", default=None,
+                   help="Scalar-head reward model (e.g. runs/demo/rm): enables best_of and POST /v1/rewards.")
+    p.add_argument("--model-name", default=None,
+                   help="The model id clients send and /v1/models lists (default: the --model directory name).")
+    p.add_argument("--host", default="127.0.0.1", help="Interface to bind; 0.0.0.0 exposes the server.")
+    p.add_argument("--port", type=int, default=8000, help="TCP port.")
+    p.add_argument("--api-key", default=None,
+                   help="Require 'Authorization: Bearer KEY' on /v1/*. Default: the TETHER_API_KEY variable, if set.")
+    p.add_argument("--best-of-default", type=int, default=1,
+                   help="Candidates per prompt for non-streaming requests that give no best_of (needs --reward-model).")
+    p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request gives none.")
+    p.add_argument("--max-tokens-limit", type=int, default=512, help="Largest max_tokens a request may ask for.")
+    p.add_argument("--max-n", type=int, default=16,
+                   help="Most sequences one request may sample (prompts x max(n, best_of)).")
+    p.add_argument("--max-prompt-tokens", type=int, default=4096, help="Longest prompt accepted, in tokens.")
+    p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024, help="Largest request body (413 above).")
+    p.add_argument("--queue-depth", type=int, default=64, help="Requests waiting for the model before 429.")
+    p.add_argument("--max-batch-size", type=int, default=32, help="Sequences per generate call.")
+    p.add_argument("--max-reward-pairs", type=int, default=1024, help="Pairs per POST /v1/rewards.")
+    p.add_argument("--batch-wait-ms", type=float, default=2.0,
+                   help="How long a lone request waits for others to batch with.")
+    p.add_argument("--chat-template", choices=("auto", "always", "never"), default="auto",
+                   help="How /v1/rewards formats string prompts (match PPO's model.chat_template).")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="Weights dtype.")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default).")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="Seconds open requests get to finish after SIGTERM/SIGINT.")
+    p.add_argument("--seed", type=int, default=None, help="Seed for requests without one (default: random).")
+    p.add_argument("--trust-remote-code", action="store_true", help="Passed to from_pretrained.")
+
+
+def _name(path: str) -> str:
+    p = Path(path)
+    return p.name if p.exists() else path
+
+
+def run(args) -> int:
+    import logging
+    import os
+
+    import torch
+
+    from tether.runs import set_threads
+    from tether.serve import ModelService, ServeSettings, create_app, serve
+
+    set_threads(args.threads)
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+    else:
+        torch.seed()
+    api_key = args.api_key or os.environ.get("TETHER_API_KEY") or None
+    settings = ServeSettings(
+        model_name=args.model_name or _name(args.model),
+        reward_model_name=_name(args.reward_model) if args.reward_model else None,
+        api_key=api_key,
+        best_of_default=args.best_of_default,
+        default_max_tokens=args.default_max_tokens,
+        max_tokens_limit=args.max_tokens_limit,
+        max_n=args.max_n,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_body_bytes=args.max_body_bytes,
+        queue_depth=args.queue_depth,
+        max_batch_size=args.max_batch_size,
+        max_reward_pairs=args.max_reward_pairs,
+        batch_wait_ms=args.batch_wait_ms,
+        chat_template=args.chat_template,
+    )
+    settings.validate(bool(args.reward_model))  # before the (slow) model load
+    service = ModelService.load(args.model, args.reward_model, args.dtype, args.trust_remote_code,
+                                args.max_batch_size)
+    app = create_app(service, settings)
+    logging.getLogger("tether").setLevel(logging.INFO)
+    auth = "API key required" if api_key else "no API key"
+    print(f"tether serve: '{settings.model_name}'"
+          + (f" + reward model '{settings.reward_model_name}'" if service.has_reward else "")
+          + f" on http://{args.host}:{args.port}/v1 ({auth})", flush=True)
+    serve(app, args.host, args.port, shutdown_timeout=args.shutdown_timeout)
+    return 0

@@ -1,0 +1,105 @@
+"""A reward source on another machine: a tether server's ``POST /v1/rewards``.
+
+PPO calls ``score(rollout)`` exactly as it calls a local :class:`~tether.roles.reward.ModelReward`;
+this class sends the rollout's prompt and response text (and whether each response ended with
+EOS) and returns the server's scores. The server re-tokenizes the text with the reward model's
+own tokenizer, so it need not share the policy's. Scores equal a local reward model's up to
+that text round trip; the prompt sent is the rollout's prompt text (for chat prompts, the last
+user message).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+
+import torch
+from torch import Tensor
+
+from tether.errors import ModelError
+from tether.types import Rollout
+
+log = logging.getLogger(__name__)
+
+API_KEY_ENV = "TETHER_API_KEY"
+RETRY_STATUS = (429, 502, 503, 504)  # a busy or restarting server: worth another try
+
+
+class RemoteReward:
+    """``score(rollout) -> (B,)`` from ``{url}/v1/rewards``, with a few retries on connection errors."""
+
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 120.0, retries: int = 2,
+                 backoff: float = 0.5, batch_size: int = 256, name: str | None = None):
+        import httpx2
+
+        base = url.rstrip("/")
+        base = base.removesuffix("/v1/rewards").removesuffix("/v1")
+        self.endpoint = base + "/v1/rewards"
+        self.name = name or self.endpoint
+        self.retries = retries
+        self.backoff = backoff
+        self.batch_size = batch_size
+        key = api_key or os.environ.get(API_KEY_ENV)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._httpx = httpx2
+        self.client = httpx2.Client(headers=headers, timeout=timeout)
+
+    def score(self, rollout: Rollout) -> Tensor:
+        pairs = [
+            {"prompt": p, "response": r, "ended": bool(e)}
+            for p, r, e in zip(rollout.prompts, rollout.responses, rollout.ended.tolist())
+        ]
+        scores: list[float] = []
+        for start in range(0, len(pairs), self.batch_size):
+            scores.extend(self._post(pairs[start : start + self.batch_size]))
+        return torch.tensor(scores, dtype=torch.float32)
+
+    def _post(self, pairs: list[dict]) -> list[float]:
+        response = None
+        for attempt in range(self.retries + 1):
+            try:
+                response = self.client.post(self.endpoint, json={"pairs": pairs})
+            except self._httpx.TransportError as err:  # refused, reset, timed out
+                if attempt == self.retries:
+                    raise ModelError(
+                        f"The reward server {self.endpoint} could not be reached after {attempt + 1} tries: "
+                        f"{type(err).__name__}: {err}. Is `tether serve --reward-model ...` running there?"
+                    ) from None
+            else:
+                if response.status_code not in RETRY_STATUS or attempt == self.retries:
+                    break
+            log.warning("reward server %s: attempt %d failed, retrying", self.endpoint, attempt + 1)
+            time.sleep(self.backoff * 2**attempt)
+        return self._parse(response, len(pairs))
+
+    def _parse(self, response, expected: int) -> list[float]:
+        if response.status_code != 200:
+            raise ModelError(
+                f"The reward server {self.endpoint} answered HTTP {response.status_code}: {_error_text(response)}"
+            )
+        try:
+            scores = response.json()["scores"]
+            values = [float(s) for s in scores]
+        except (ValueError, KeyError, TypeError):
+            raise ModelError(
+                f"The reward server {self.endpoint} answered 200 without a 'scores' list of numbers: "
+                f"{response.text[:200]!r}"
+            ) from None
+        if len(values) != expected or not all(math.isfinite(v) for v in values):
+            raise ModelError(
+                f"The reward server {self.endpoint} returned {len(values)} scores for {expected} pairs "
+                "(expected one finite score per pair)."
+            )
+        return values
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _error_text(response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200] or "(empty body)"

@@ -1,0 +1,45 @@
+"""`tether bench` runs two iterations at a micro size and prints JSON with every key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tether.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_prints_valid_json(capsys):
+    code = main(["bench", "--size", "micro", "--iterations", "2", "--threads", "1", "--batch", "4",
+                 "--response-length", "4", "--epochs", "1"])
+    assert code == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # stdout is the JSON only; progress goes to stderr
+    assert "iteration 2/2" in captured.err
+    for key in ("iteration_s", "phases_s", "generated_tokens_per_s", "trained_tokens_per_s", "peak_rss_mb",
+                "flops_gflop", "matmul_peak_gflops", "mfu_update", "mfu_iteration", "torch_threads", "versions"):
+        assert key in report, key
+    assert set(report["iteration_s"]) == {"median", "min", "max"}
+    assert report["iteration_s"]["min"] <= report["iteration_s"]["median"] <= report["iteration_s"]["max"]
+    for phase in ("generate", "ref_logprobs", "values", "reward", "advantages", "update_forward",
+                  "update_backward", "update_optimizer", "other"):
+        assert report["phases_s"][phase] >= 0, phase
+    assert report["phases_s"]["update_forward"] > 0 and report["phases_s"]["update_optimizer"] > 0
+    assert report["config"]["optimizer_steps"] == 2
+    assert report["torch_threads"] == 1
+    assert report["flops_gflop"]["update"] > 0 and report["matmul_peak_gflops"] > 0
+    assert report["ratio_deviation_max"] < 1e-3
+
+
+def test_bench_scaling_mode_prints_every_point(capsys, monkeypatch):
+    import tether.bench.runner as runner
+
+    monkeypatch.setattr(runner, "SCALING_LENGTHS", (2, 4))
+    monkeypatch.setattr(runner, "SCALING_BATCHES", (2, 4))
+    report = runner.run_scaling("micro", "fp32", epochs=1, threads=1, iterations=2,
+                                lengths=runner.SCALING_LENGTHS, batches=runner.SCALING_BATCHES)
+    json.dumps(report)
+    assert set(report["response_length"]) == {"2", "4"} and set(report["batch"]) == {"2", "4"}
+    assert all(v["iteration_s"] > 0 for v in report["response_length"].values())

@@ -17,7 +17,9 @@ import torch
 
 from tether.config import PPOConfig, RewardModelConfig, SFTConfig, load_config
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
+from tether.eval.best_of_n import best_of_n
 from tether.eval.sampling import evaluate_policy
+from tether.eval.win_rate import policy_vs_sft
 from tether.loops.ppo import run_ppo
 from tether.loops.reward_model import run_reward_model
 from tether.loops.sft import run_sft
@@ -25,6 +27,7 @@ from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.models.forward import last_token_scores
 from tether.data import collate_right, encode_response
 from tether.roles import ModelReward
+from tether.plots.report import build_report
 from tether.rollout import SamplingParams
 from tether.runs import write_json
 from tether.tasks.arith import judge as arith_judge
@@ -32,7 +35,8 @@ from tether.tasks.arith import judge as arith_judge
 log = logging.getLogger(__name__)
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs" / "demo"
-EVAL_REPEATS = 4  # samples per held-out prompt: 4 x 128 responses keep gold noise ~±0.05
+EVAL_REPEATS = 4
+BEST_OF_N = (1, 2, 4, 8, 16)  # samples per held-out prompt: 4 x 128 responses keep gold noise ~±0.05
 
 
 def preset(name: str) -> Path | None:
@@ -127,7 +131,7 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
     timing["rm_s"] = time.perf_counter() - t
     _say(f"[3/3] PPO (beta={ppo_cfg.kl.coef}, {ppo_cfg.kl.controller}): {ppo_cfg.run.out}")
     t = time.perf_counter()
-    run_ppo(ppo_cfg)
+    ppo_result = run_ppo(ppo_cfg)
     timing["ppo_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -146,6 +150,9 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
                              SamplingParams(max_new_tokens=params.max_new_tokens, greedy=True), seed)
     greedy_acc = sum(arith_judge.is_correct(p, r) for p, r in zip(greedy.prompts, greedy.responses)) / len(greedy.responses)
     probes = probe_margins(rm_model, tokenizer, out / "task" / "probes.jsonl")
+    n_prompts = len(ids) // eval_repeats
+    bon = best_of_n(sft, tokenizer, ids[:n_prompts], texts[:n_prompts], reward, judge, BEST_OF_N, params, seed)
+    write_json(out / "best_of_n.json", {"rows": bon, "policy": "sft", "prompts": n_prompts})
     timing["eval_s"] = time.perf_counter() - t
     timing["total_s"] = time.perf_counter() - t_start
 
@@ -160,6 +167,9 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
         },
         "ppo": {**policy_report(ppo_samples), "beta": ppo_cfg.kl.coef, "controller": ppo_cfg.kl.controller,
                 "iterations": ppo_cfg.ppo.iterations},
+        "eval": policy_vs_sft(ppo_samples, sft_samples),
+        "alarms": [a for a in ppo_result["alarms"] if a["level"] in ("warning", "alarm")],
+        "best_of_n": bon,
         "samples": [
             {"prompt": p, "sft": s, "ppo": q}
             for p, s, q in list(zip(texts, sft_samples.responses, ppo_samples.responses))[:8]
@@ -168,6 +178,7 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
         "seed": seed,
     }
     write_json(out / "summary.json", summary)
+    build_report(out)
     return summary
 
 
@@ -192,9 +203,16 @@ def format_summary(summary: dict) -> str:
         f"RM correct - wrong margin  {rm['correct_margin']:+.3f}",
         f"RM bias for '!'            {rm['spurious_bias']:+.3f}",
         f"PPO beta                   {ppo['beta']} ({ppo['controller']}, {ppo['iterations']} iterations)",
+        f"PPO win rate vs SFT        {_rate(summary['eval'].get('win_rate_gold'))} by gold judge, "
+        f"{_rate(summary['eval'].get('win_rate_proxy'))} by reward model",
+        f"alarms raised              {', '.join(a['name'] for a in summary['alarms']) or 'none'}",
         f"total time                 {summary['timing']['total_s']:.0f} s",
     ]
     return "\n".join(lines)
+
+
+def _rate(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def _say(text: str) -> None:

@@ -4,4 +4,4 @@
 imports (torch, transformers, fastapi) load only when it runs.
 """
 
-COMMANDS = ["demo", "sft", "rm", "ppo", "serve", "bench"]
+COMMANDS = ["demo", "sft", "rm", "ppo", "eval", "report", "serve", "bench"]

@@ -121,7 +121,20 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+               dict: "a mapping", type(None): "null"}
+
+
 def _type_name(tp: Any) -> str:
+    """``int | None`` -> 'an integer or null' (words a user reads in an error)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in typing.get_args(tp))
+    if typing.get_origin(tp) in (list, tuple):
+        return "a list"
+    if typing.get_origin(tp) is typing.Literal:
+        return f"one of {list(typing.get_args(tp))}"
+    if tp in _TYPE_WORDS:
+        return _TYPE_WORDS[tp]
     if isinstance(tp, type):
         return tp.__name__
     return str(tp).replace("typing.", "")

@@ -8,6 +8,7 @@ from typing import Literal
 from tether.config.base import option, section
 from tether.config.common import DataConfig, ModelConfig, OptimConfig, RunConfig
 from tether.errors import ConfigError
+from tether.eval.health import HealthConfig
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,7 @@ class PPOConfig:
     kl: KLConfig = section(KLConfig, "The KL penalty to the reference.")
     ppo: PPOAlgoConfig = section(PPOAlgoConfig, "The PPO update.")
     eval: PPOEvalConfig = section(PPOEvalConfig, "Held-out evaluation.")
+    health: HealthConfig = section(HealthConfig, "Training-health alarms (reference monitoring tables).")
 
     def validate(self) -> None:
         if not self.prompts:

@@ -51,6 +51,7 @@ Pure python: no torch, so it can run anywhere the metrics are (e.g. over a finis
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -60,8 +61,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.config.base import option
 from tether.errors import ConfigError
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", *, choices: tuple | None = None,
+           ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None, factory: Any = None) -> Any:
+    """Same as :func:`tether.config.base.option` (same field metadata), defined here on purpose.
+
+    ``tether.config.stages`` imports :class:`HealthConfig` from this module, and importing
+    anything from ``tether.config`` runs that package's ``__init__`` (which imports ``stages``):
+    importing ``tether.eval.health`` first would then be a circular import. So this module does
+    not import ``tether.config``; ``tests/unit/eval/test_health.py`` checks both give the same metadata.
+    """
+    meta = {"help": help, "choices": choices, "ge": ge, "gt": gt, "le": le, "lt": lt}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 LEVELS = ("info", "warning", "alarm")
 

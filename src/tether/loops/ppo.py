@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import time
 import warnings
 
@@ -51,11 +52,19 @@ from tether.checkpoint import (
     truncate_jsonl,
     truncate_metrics,
 )
+from tether.eval.health import HealthMonitor, append_alarms
 from tether.metrics import JsonlWriter, MetricsLogger
 from tether.runs import check_run_dir, prepare_run_dir, seed_everything, set_threads
 from tether.types import Experience, Rollout
 
 log = logging.getLogger(__name__)
+
+
+def tqdm_write(text: str) -> None:
+    """Print above the progress bar."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(text, file=sys.stderr)
 
 
 class Timer:
@@ -354,10 +363,14 @@ def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
         set_rng_state(state["rng"])
         truncate_metrics(out, trainer.iteration, "ppo")
         truncate_jsonl(out / "samples.jsonl", trainer.iteration)
+        truncate_jsonl(out / "alarms.jsonl", trainer.iteration)
     logger = MetricsLogger(out, "ppo")
     if ckpt is None:
         logger.log(0, {"data/prompts": len(prompts.ids), "data/dropped_long": prompts.dropped_long})
     samples = JsonlWriter(out / "samples.jsonl")
+    monitor = HealthMonitor(cfg.health, echo=tqdm_write)
+    if ckpt is not None:
+        monitor.load_state_dict(state["monitor"])
     bar = progress(cfg.ppo.iterations, "ppo", cfg.run.progress)
     bar.update(trainer.iteration)
     history = []
@@ -371,6 +384,7 @@ def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
             stats.update(evaluator(roles.actor.model, roles.tokenizer, roles.reference.model))
             stats["timing/eval"] = time.perf_counter() - t_eval
         history.append(stats)
+        append_alarms(out / "alarms.jsonl", monitor.observe(it, stats))
         if it == 1 or last or it % cfg.run.log_every == 0:
             logger.log(it, stats)
             samples.write_many(sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG))
@@ -381,9 +395,15 @@ def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
             on_iteration(it, stats, trainer)
         if cfg.run.save_every and it % cfg.run.save_every == 0 and not last:
             models = {"actor": roles.actor.model, "critic": roles.critic.model}
-            save_checkpoint(out, it, models, roles.tokenizer, {"trainer": trainer.state_dict()}, cfg.run.keep_checkpoints)
+            state = {"trainer": trainer.state_dict(), "monitor": monitor.state_dict()}
+            save_checkpoint(out, it, models, roles.tokenizer, state, cfg.run.keep_checkpoints)
+        if monitor.should_stop:
+            tqdm_write(f"stopping: {monitor.stop_reason}")
+            break
     bar.close()
     logger.close()
     save_final(out / "critic", roles.critic.model, roles.tokenizer, {"stage": "ppo-critic"})
-    save_final(out, roles.actor.model, roles.tokenizer, {"stage": "ppo", "iterations": cfg.ppo.iterations})
-    return {"history": history, "trainer": trainer, "time_s": time.perf_counter() - t0}
+    save_final(out, roles.actor.model, roles.tokenizer,
+               {"stage": "ppo", "iterations": trainer.iteration, "stopped_by": monitor.stop_reason})
+    return {"history": history, "trainer": trainer, "time_s": time.perf_counter() - t0,
+            "alarms": [a.to_dict() for a in monitor.alarms], "stopped_by": monitor.stop_reason}

@@ -123,6 +123,7 @@ def create_app(service: ModelService, settings: ServeSettings | None = None) -> 
             "model": settings.model_name,
             "reward_model": settings.reward_model_name if service.has_reward else None,
             "queue": {"pending": batcher.pending, "depth": settings.queue_depth},
+            "batches": {"run": batcher.batches_run, "largest_rows": batcher.largest_batch},
         }
         return JSONResponse(body, status_code=503 if batcher.closing else 200)
 

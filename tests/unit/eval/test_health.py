@@ -262,3 +262,27 @@ def test_config_block_and_validation() -> None:
     assert set(RULES) == {"kl_barely_moved", "kl_drifting", "kl_catastrophic", "reward_hacking",
                           "entropy_collapse", "value_loss_exploding", "clipfrac_zero", "clipfrac_high",
                           "eos_collapse"}
+
+
+def test_local_option_matches_config_option() -> None:
+    import dataclasses
+
+    from tether.config.base import option as config_option
+    from tether.eval import health
+
+    for args, kw in (((1.0, "h"), {"ge": 0}), ((None, "x"), {"choices": ("a",), "lt": 2, "gt": 0, "le": 1}),
+                     ((), {"factory": list, "help": "l"})):
+        ours, theirs = health.option(*args, **kw), config_option(*args, **kw)
+        assert dict(ours.metadata) == dict(theirs.metadata)
+        assert ours.default == theirs.default and ours.default_factory == theirs.default_factory
+    fields = {f.name: f for f in dataclasses.fields(HealthConfig)}
+    assert fields["kl_drift"].metadata["gt"] == 0 and fields["kl_drift"].metadata["help"]
+
+
+def test_health_module_imports_first_without_a_cycle() -> None:
+    import subprocess
+    import sys
+
+    code = "import tether.eval.health, tether.config; print(tether.config.PPOConfig.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -131,14 +131,6 @@ def test_report_from_a_demo_dir(demo_report) -> None:
     assert "gold score (held-out, judge): SFT → PPO" in text
 
 
-def test_report_with_only_metrics(tmp_path) -> None:
-    run = tmp_path / "bare"
-    run.mkdir()
-    write_jsonl(run / "metrics.jsonl", ppo_rows(12))
-    text = build_report(run, out=tmp_path / "elsewhere" / "r.html").read_text(encoding="utf-8")
-    assert "did not record health alarms" in text and "No <code>samples.jsonl</code>" in text
-
-
 def test_report_needs_metrics(tmp_path) -> None:
     with pytest.raises(TetherError, match="no metrics.jsonl"):
         build_report(tmp_path)
@@ -146,16 +138,21 @@ def test_report_needs_metrics(tmp_path) -> None:
         build_report(tmp_path / "missing")
 
 
-def test_report_command(run_report, tmp_path, capsys, monkeypatch) -> None:
+def test_report_command(tmp_path, capsys, monkeypatch) -> None:
     from tether.commands import report
 
     parser = argparse.ArgumentParser(prog="tether")
     sub = parser.add_subparsers(dest="command")
     report.register(sub)
-    run, _ = run_report
-    out = tmp_path / "again.html"
-    assert report.run(parser.parse_args(["report", str(run), "--out", str(out)])) == 0
-    assert str(out) in capsys.readouterr().out and out.stat().st_size > 10_000
+    bare = tmp_path / "bare"  # a run directory holding nothing but metrics.jsonl
+    bare.mkdir()
+    write_jsonl(bare / "metrics.jsonl", ppo_rows(12))
+    out = tmp_path / "elsewhere" / "r.html"
+    assert report.run(parser.parse_args(["report", str(bare), "--out", str(out)])) == 0
+    assert str(out) in capsys.readouterr().out and not (bare / "report.html").exists()
+    text = out.read_text(encoding="utf-8")
+    assert text.count("data:image/png;base64,") == 1
+    assert "did not record health alarms" in text and "No <code>samples.jsonl</code>" in text
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(TetherError):

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,16 +46,21 @@ def spawned_server(args):
     port = free_port()
     cmd = [sys.executable, "-m", "tether.cli", "serve", "--model", args.model, "--host", "127.0.0.1",
            "--port", str(port), "--threads", str(args.threads), "--max-batch-size", str(args.max_batch_size),
-           "--queue-depth", str(max(64, args.concurrency * 2))]
+           "--queue-depth", str(max(64, args.concurrency * 2)), "--batch-wait-ms", str(args.batch_wait_ms),
+           "--no-access-log"]
     if args.reward_model:
         cmd += ["--reward-model", args.reward_model]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if args.api_key:
+        cmd += ["--api-key", args.api_key]
+    log = tempfile.TemporaryFile("w+")  # not a pipe: a chatty server must never block on it
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + args.start_timeout
         while True:
             if proc.poll() is not None:
-                raise SystemExit(f"tether serve exited with {proc.returncode}:\n{proc.stderr.read()}")
+                log.seek(0)
+                raise SystemExit(f"tether serve exited with {proc.returncode}:\n{log.read()[-4000:]}")
             try:
                 if httpx2.get(url + "/health", timeout=1).status_code == 200:
                     break
@@ -70,6 +76,7 @@ def spawned_server(args):
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 def main() -> int:
@@ -85,6 +92,7 @@ def main() -> int:
     p.add_argument("--api-key", default=os.environ.get("TETHER_API_KEY"))
     p.add_argument("--threads", type=int, default=1, help="With --model: the server's torch threads.")
     p.add_argument("--max-batch-size", type=int, default=32, help="With --model: the server's batch size.")
+    p.add_argument("--batch-wait-ms", type=float, default=5.0, help="With --model: the server's batch wait.")
     p.add_argument("--start-timeout", type=float, default=120.0)
     args = p.parse_args()
     kwargs = dict(requests=args.requests, concurrency=args.concurrency, max_tokens=args.max_tokens,

@@ -59,8 +59,13 @@ def check_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, res
     out = Path(out)
     resolved = {"stage": stage, **to_dict(cfg)}
     existing = out / "config.yaml"
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"Output directory '{out}' is a file, not a directory. Choose another run.out.")
     if existing.exists():
-        old = yaml.safe_load(existing.read_text(encoding="utf-8")) or {}
+        try:
+            old = yaml.safe_load(existing.read_text(encoding="utf-8")) or {}
+        except Exception:  # noqa: BLE001 - an unreadable config.yaml is not this run's
+            old = None
         if old != resolved and (resume or not overwrite):
             raise ConfigError(
                 f"Output directory '{out}' already holds a different run (its config.yaml "

@@ -23,6 +23,13 @@ class Rollout:
     ended: Tensor  # (B,) bool, the response emitted EOS before the length cap
     prompts: list[str]  # (B,) prompt text, for judges and logs
     responses: list[str]  # (B,) decoded response text without special tokens
+    # Log-probs and entropies of the sampled tokens computed while sampling (None when the engine
+    # does not capture them): (B, A) each, 0 on padding, at the sampling temperature, from the
+    # unfiltered distribution (no top-k/top-p/min-tokens masks). ``sampled_by`` is the model that
+    # sampled: only that model's role may use them in place of a forward pass.
+    sampled_logprobs: Tensor | None = None
+    sampled_entropy: Tensor | None = None
+    sampled_by: object = None
 
     @property
     def sequences(self) -> Tensor:
@@ -69,6 +76,8 @@ class Experience:
             ended=ro.ended[index],
             prompts=[ro.prompts[i] for i in index.tolist()],
             responses=[ro.responses[i] for i in index.tolist()],
+            sampled_logprobs=None if ro.sampled_logprobs is None else ro.sampled_logprobs[index],
+            sampled_entropy=None if ro.sampled_entropy is None else ro.sampled_entropy[index],
         )
         tensors = {
             f.name: getattr(self, f.name)[index] for f in fields(self) if f.name != "rollout"

@@ -258,6 +258,14 @@ def test_sft_model_path_does_not_exist(task, tmp_path, capsys):
     assert_not_complete(out)
 
 
+def test_sft_model_name_neither_local_nor_on_the_hub(task, tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", good_sft())
+    out = tmp_path / "run"
+    code, err = cli(capsys, sft_args(task, out, train, "model.name_or_path=no_such_dir_xyz/sft"))
+    assert_clean_error(code, err, "sft", "'no_such_dir_xyz/sft'", "no local path")
+    assert_not_complete(out)
+
+
 def test_sft_model_dir_without_config(task, tmp_path, capsys):
     train = write_jsonl(tmp_path / "train.jsonl", good_sft())
     empty = tmp_path / "empty-model"
@@ -280,6 +288,10 @@ CONFIG_CASES = {
     "run.on_nonfinite=ignore": ("run.on_nonfinite", "skip"),
     "max_steps=2.5": ("max_steps", "integer"),
     "optim.lrr=0.1": ("optim.lrr", "optim.lr"),
+    "optim.lr=.inf": ("optim.lr", "finite"),
+    "optim.lr=.nan": ("optim.lr", "finite"),
+    "run.seed=18446744073709551616": ("run.seed", "64-bit"),
+    "run.out=[a]": ("run.out", "string"),
     "data=5": ("data", "mapping"),
     "notakey": ("notakey", "key.path=value"),
 }
@@ -348,12 +360,54 @@ def test_output_dir_not_a_run(task, tmp_path, capsys):
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
 
 
+def test_output_dir_is_a_file(task, tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", good_sft())
+    out = tmp_path / "run"
+    out.write_text("a file")
+    code, err = cli(capsys, sft_args(task, out, train))
+    assert_clean_error(code, err, "sft", str(out), "not a directory")
+
+
+def test_output_dir_with_a_broken_config(task, tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", good_sft())
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text("stage: [sft\n")
+    code, err = cli(capsys, sft_args(task, out, train))
+    assert_clean_error(code, err, "sft", str(out), "different run")
+    assert_not_complete(out)
+
+
 def test_resume_errors(task, tmp_path, capsys):
     code, err = cli(capsys, ["sft", "--resume", str(tmp_path / "nothing")])
     assert_clean_error(code, err, "sft", "nothing", "config.yaml")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.yaml").write_text("stage: sft\nrun: {out: [\n")
+    code, err = cli(capsys, ["sft", "--resume", str(broken)])
+    assert_clean_error(code, err, "sft", str(broken / "config.yaml"), "YAML")
+    (broken / "config.yaml").write_text("- a list\n")
+    code, err = cli(capsys, ["sft", "--resume", str(broken)])
+    assert_clean_error(code, err, "sft", str(broken / "config.yaml"), "mapping")
+    (broken / "config.yaml").write_text("stage: rm\n")
+    code, err = cli(capsys, ["sft", "--resume", str(broken)])
+    assert_clean_error(code, err, "sft", "'rm' run")
+    code, err = cli(capsys, ["sft", "--resume", str(broken), "optim.lr=1"])
+    assert_clean_error(code, err, "sft", "--resume", "overrides")
 
 
 # --------------------------------------------------------------------------- preference data
+
+
+def test_rm_config_out_of_range(task, tmp_path, capsys):
+    train = write_jsonl(tmp_path / "prefs.jsonl", good_prefs())
+    out = tmp_path / "run"
+    for override, needles in {"on_identical=maybe": ("on_identical", "skip"),
+                              "head_init_std=0": ("head_init_std", "> 0"),
+                              "data.eval_size=-1": ("data.eval_size", ">= 0")}.items():
+        code, err = cli(capsys, [*rm_args(task, out, train), override])
+        assert_clean_error(code, err, "rm", *needles)
+    assert not out.exists()
 
 
 def test_rm_identical_pair_error(task, tmp_path, capsys):
@@ -511,3 +565,21 @@ def test_ppo_bad_reward_callable(task, tmp_path, capsys):
     code, err = cli(capsys, ppo_args(task, out, prompts, reward="reward.callable=no_such_module_xyz:fn"))
     assert_clean_error(code, err, "ppo", "no_such_module_xyz")
     assert_not_complete(out)
+
+
+# --------------------------------------------------------------------------- non-finite training
+
+
+def test_nonfinite_stop_then_skip(task, tmp_path, capsys):
+    """A learning rate that blows the weights up: stop names the step; skip counts skipped steps."""
+    train = write_jsonl(tmp_path / "train.jsonl", good_sft())
+    blowup = ["optim.lr=1e30", "optim.max_grad_norm=null", "optim.schedule=constant", "max_steps=4"]
+    out = tmp_path / "stop"
+    code, err = cli(capsys, sft_args(task, out, train, *blowup, "run.save_every=1"))
+    assert_clean_error(code, err, "sft", "Non-finite", "step 2", "run.on_nonfinite=skip")
+    assert not (out / MANIFEST).exists()  # the run is not complete ...
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-000001"]  # ... its step-1 checkpoint is
+    out = tmp_path / "skip"
+    code, err = cli(capsys, sft_args(task, out, train, *blowup, "run.on_nonfinite=skip"))
+    assert code == 0, err
+    assert read_metrics(out / "metrics.jsonl")[-1]["optim/skipped_steps"] == 3

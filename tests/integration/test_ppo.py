@@ -233,20 +233,10 @@ def short_run(trained, tmp_path_factory):
                "eval.judge=tether.tasks.arith.judge:gold_score")
 
 
-@pytest.mark.xfail(
-    reason="BUG: run_ppo ignores run.log_every (documented as 'write a metrics line every this "
-    "many steps'): every iteration is logged (src/tether/loops/ppo.py run_ppo, logger.log in the loop)",
-    strict=True,
-)
 def test_ppo_respects_log_every(short_run):
     steps = [r["step"] for r in short_run["rows"] if r["step"] > 0]
     assert steps == [1, 3, 4]
 
 
-@pytest.mark.xfail(
-    reason="BUG: the `eval` block of PPOConfig (eval.prompts/every/max_prompts/judge) is never "
-    "read by run_ppo: no held-out evaluation is run or logged (src/tether/loops/ppo.py run_ppo)",
-    strict=True,
-)
 def test_ppo_runs_the_configured_evaluation(short_run):
     assert any(k.startswith("eval/") for r in short_run["rows"] for k in r)

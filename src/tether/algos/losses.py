@@ -94,7 +94,9 @@ def value_loss(
 
     v_clip = old_values + clamp(values - old_values, -c, c) (PPO2 baselines / Ziegler et al. 2019).
     clip_range None -> plain 0.5 * masked_mean((v-R)^2), clipfrac 0.
-    clipfrac = fraction of masked tokens where the clipped term is strictly larger.
+    clipfrac = fraction of masked tokens where the clip moved v (|v - old| > c) and the clipped
+    term is strictly larger. (Without the first condition, rounding in old + (v - old) made
+    unclipped tokens count at random.)
     """
     unclipped = (values - returns) ** 2
     if clip_range is None:
@@ -103,7 +105,8 @@ def value_loss(
     clipped = (v_clip - returns) ** 2
     loss = 0.5 * masked_mean(torch.max(unclipped, clipped), mask)
     with torch.no_grad():
-        clipfrac = masked_mean((clipped > unclipped).to(values.dtype), mask).item()
+        binding = ((values - old_values).abs() > clip_range) & (clipped > unclipped)
+        clipfrac = masked_mean(binding.to(values.dtype), mask).item()
     return ValueLossOutput(loss, clipfrac)
 
 

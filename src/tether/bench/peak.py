@@ -41,17 +41,7 @@ def matmul_peak_gflops(precision: str = "fp32", threads: int | None = None, size
 
 
 def bf16_supported() -> bool:
-    """bf16 matmuls run natively here (AVX512-BF16 or AMX): a tiny bf16 matmul is checked too.
+    """bf16 matmuls run natively on this CPU (see :func:`tether.models.forward.bf16_native`)."""
+    from tether.models.forward import bf16_native
 
-    Without native support CPU autocast still works but emulates bf16 and runs slower than fp32.
-    """
-    if not torch.backends.mkldnn.is_available():
-        return False
-    native = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    if native is not None and not native():
-        return False
-    try:
-        a = torch.ones(4, 4, dtype=torch.bfloat16)
-        return bool((a @ a).eq(4).all())
-    except RuntimeError:
-        return False
+    return bf16_native()

@@ -4,4 +4,4 @@
 imports (torch, transformers, fastapi) load only when it runs.
 """
 
-COMMANDS = ["demo", "sft", "rm", "ppo", "eval", "report", "serve", "bench"]
+COMMANDS = ["demo", "sft", "rm", "ppo", "eval", "sweep", "report", "serve", "bench"]

@@ -36,8 +36,8 @@ def register(sub) -> None:
     p.add_argument("--queue-depth", type=int, default=64, help="Requests waiting for the model before 429.")
     p.add_argument("--max-batch-size", type=int, default=32, help="Sequences per generate call.")
     p.add_argument("--max-reward-pairs", type=int, default=1024, help="Pairs per POST /v1/rewards.")
-    p.add_argument("--batch-wait-ms", type=float, default=2.0,
-                   help="How long a lone request waits for others to batch with.")
+    p.add_argument("--batch-wait-ms", type=float, default=5.0,
+                   help="How long the worker waits for more requests when a batch is not full.")
     p.add_argument("--chat-template", choices=("auto", "always", "never"), default="auto",
                    help="How /v1/rewards formats string prompts (match PPO's model.chat_template).")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="Weights dtype.")
@@ -46,6 +46,7 @@ def register(sub) -> None:
                    help="Seconds open requests get to finish after SIGTERM/SIGINT.")
     p.add_argument("--seed", type=int, default=None, help="Seed for requests without one (default: random).")
     p.add_argument("--trust-remote-code", action="store_true", help="Passed to from_pretrained.")
+    p.add_argument("--no-access-log", action="store_true", help="Do not log a line per request.")
 
 
 def _name(path: str) -> str:
@@ -93,5 +94,5 @@ def run(args) -> int:
     print(f"tether serve: '{settings.model_name}'"
           + (f" + reward model '{settings.reward_model_name}'" if service.has_reward else "")
           + f" on http://{args.host}:{args.port}/v1 ({auth})", flush=True)
-    serve(app, args.host, args.port, shutdown_timeout=args.shutdown_timeout)
+    serve(app, args.host, args.port, shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log)
     return 0

@@ -45,9 +45,8 @@ def _resume_config(args):
     """The saved, resolved config of the run in ``args.resume`` (no other source allowed)."""
     from pathlib import Path
 
-    import yaml
-
     from tether.config import from_dict
+    from tether.config.base import read_yaml
     from tether.errors import ConfigError
 
     if args.config or args.overrides:
@@ -55,7 +54,7 @@ def _resume_config(args):
     path = Path(args.resume) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"--resume '{args.resume}': no config.yaml there; it is not a tether run directory.")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = read_yaml(path)  # a hand-edited, broken config.yaml is a ConfigError, not a traceback
     stage = data.pop("stage", None)
     if stage != args.command:
         raise ConfigError(f"--resume '{args.resume}' holds a '{stage}' run, not '{args.command}'.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -22,6 +23,7 @@ import yaml
 from tether.errors import ConfigError
 
 _MISSING = dataclasses.MISSING
+FLOAT32_MAX = 3.4028234663852886e38  # learning rates must fit torch's float32 optimiser state
 
 
 def option(
@@ -55,11 +57,17 @@ def _is_config(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
+def _shown(text: object) -> str:
+    """User text as it can be quoted on one line (newlines and control characters escaped)."""
+    text = str(text)
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def _unknown_key(key: str, valid: list[str], where: str) -> ConfigError:
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)  # YAML keys may be 1, null, ...
     hint = f" Did you mean '{where}{close[0]}'?" if close else ""
     return ConfigError(
-        f"Unknown config key '{where}{key}'.{hint} Valid keys here: {', '.join(sorted(valid))}."
+        f"Unknown config key '{_shown(f'{where}{key}')}'.{hint} Valid keys here: {', '.join(sorted(valid))}."
     )
 
 
@@ -95,13 +103,21 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return value
     if tp is float:
         if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
-            return float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
+            value = float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"Config key '{key}' = {value!r}: expected a number.")
-        return float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            raise ConfigError(f"Config key '{key}' = {value!r}: expected a finite number.")
+        return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"Config key '{key}' = {value!r}: expected an integer.")
+        if not -(2**63) <= value < 2**63:  # torch seeds, thread counts, ... are 64-bit
+            raise ConfigError(f"Config key '{key}' = {value!r}: expected a 64-bit integer (below 2**63).")
         return value
     if tp is bool:
         if not isinstance(value, bool):
@@ -217,15 +233,17 @@ def to_dict(obj: Any) -> dict:
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``'ppo.kl.target=6'`` -> (['ppo', 'kl', 'target'], 6). Values are parsed as YAML."""
     if "=" not in text:
-        raise ConfigError(f"Override '{text}' is not of the form key.path=value.")
+        raise ConfigError(f"Override '{_shown(text)}' is not of the form key.path=value.")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"Override '{text}' has an empty key.")
+        raise ConfigError(f"Override '{_shown(text)}' has an empty key.")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except Exception:  # noqa: BLE001 - YAMLError, and ValueError for '2001-13-45' or '!!int x', ...
         value = raw
+    if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
     return key.split("."), value
 
 
@@ -246,8 +264,9 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"Config file '{path}' does not exist.")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ConfigError(f"Config file '{path}' is not valid YAML: {err}") from None
+    except Exception as err:  # noqa: BLE001 - YAMLError, UnicodeDecodeError, ValueError (bad dates), ...
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise ConfigError(f"Config file '{path}' is not valid YAML: {reason}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tether.config.base import option
+from tether.config.base import FLOAT32_MAX, option
 from tether.errors import ConfigError
 
 
@@ -16,7 +16,7 @@ class RunConfig:
     out: str = option("runs/run", "Run directory: resolved config, metrics.jsonl, checkpoints.")
     seed: int = option(0, "Seed for python, numpy and torch RNGs (data order, init, sampling).")
     threads: int = option(
-        0, "torch CPU threads; 0 keeps torch's default. Use 1 beside other busy processes.", ge=0
+        0, "torch CPU threads; 0 keeps torch's default. Use 1 beside other busy processes.", ge=0, le=1024
     )
     log_every: int = option(10, "Write a metrics line every this many optimiser steps.", ge=1)
     overwrite: bool = option(
@@ -58,7 +58,7 @@ class ModelConfig:
 class OptimConfig:
     """AdamW with linear warm-up then a decay schedule."""
 
-    lr: float = option(1e-5, "Peak learning rate.", gt=0)
+    lr: float = option(1e-5, "Peak learning rate.", gt=0, lt=FLOAT32_MAX)
     weight_decay: float = option(0.0, "AdamW decoupled weight decay.", ge=0)
     beta1: float = option(0.9, "AdamW beta1.", ge=0, lt=1)
     beta2: float = option(0.999, "AdamW beta2.", ge=0, lt=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tether.config.base import option, section
+from tether.config.base import FLOAT32_MAX, option, section
 from tether.config.common import DataConfig, ModelConfig, OptimConfig, RunConfig
 from tether.errors import ConfigError
 from tether.eval.health import HealthConfig
@@ -99,7 +99,7 @@ class CriticConfig:
         "reward", "Start from the reward model (its head) or the SFT model with a fresh head."
     )
     path: str | None = option(None, "Explicit checkpoint; default: first reward model or the policy.")
-    lr: float = option(2e-4, "Critic learning rate.", gt=0)
+    lr: float = option(2e-4, "Critic learning rate.", gt=0, lt=FLOAT32_MAX)
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,17 @@ class RolloutConfig:
     top_k: int = option(0, "Top-k filtering (0 = off).", ge=0)
     top_p: float = option(1.0, "Nucleus filtering (1 = off).", gt=0, le=1)
     max_prompt_length: int = option(256, "Prompts longer than this are dropped (and counted).", ge=1)
+    engine: Literal["lean", "hf"] = option(
+        "lean",
+        "lean = tether's decode loop over the model with a KV cache (the same tokens as hf for the same "
+        "seed, without generate's per-step overhead or the model's generation_config extras); "
+        "hf = transformers' generate.",
+    )
+    capture_logprobs: bool = option(
+        True,
+        "Keep the actor's log-probs computed while sampling instead of a second forward pass; the "
+        "first-minibatch ratio check (ppo.ratio_tolerance) verifies they agree with a fresh forward.",
+    )
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,9 @@ class KLConfig:
     coef: float = option(0.05, "beta; the initial value when adaptive.", ge=0)
     target: float = option(6.0, "Adaptive: target KL per sequence (nats).", gt=0)
     horizon: int = option(10000, "Adaptive: horizon in episodes.", ge=1)
+
+
+BF16_RATIO_TOLERANCE = 2e-2
 
 
 @dataclass(frozen=True)
@@ -148,10 +162,13 @@ class PPOAlgoConfig:
         None, "Stop an iteration's epochs early when approx-KL to the rollout policy exceeds this.", gt=0
     )
     critic_warmup_iters: int = option(0, "First K iterations train only the critic.", ge=0)
-    actor_lr: float = option(1e-5, "Actor learning rate.", gt=0)
+    actor_lr: float = option(1e-5, "Actor learning rate.", gt=0, lt=FLOAT32_MAX)
     warmup_steps: int = option(0, "Linear LR warm-up in optimiser steps (both models).", ge=0)
     max_grad_norm: float | None = option(1.0, "Gradient clipping; null = off.", gt=0)
     weight_decay: float = option(0.0, "AdamW weight decay.", ge=0)
+    fused_optimizer: bool = option(
+        True, "AdamW's fused kernel: one pass over each parameter instead of ~10 (same update up to rounding)."
+    )
     autocast: Literal["none", "bf16"] = option(
         "none",
         "Run the model forwards (sampling, scoring, update) under bf16 autocast with fp32 master "
@@ -159,11 +176,19 @@ class PPOAlgoConfig:
         "emulated; 'none' = plain model.dtype.",
     )
     ratio_tolerance: float = option(
-        1e-3, "Invariant: |ratio - 1| on the first minibatch must stay below this.", gt=0
+        1e-3,
+        "Invariant: |ratio - 1| on the first minibatch must stay below this (at least 2e-2 under "
+        "ppo.autocast=bf16, whose rounding alone moves log-probs by ~1e-3..1e-2).",
+        gt=0,
     )
     on_invariant: Literal["warn", "error"] = option(
         "warn", "What a broken invariant (ratio, k3 < 0) does: warn or stop."
     )
+
+    @property
+    def effective_ratio_tolerance(self) -> float:
+        """``ratio_tolerance``, raised to bf16's rounding level when autocast is on."""
+        return self.ratio_tolerance if self.autocast == "none" else max(self.ratio_tolerance, BF16_RATIO_TOLERANCE)
 
     def validate(self) -> None:
         if self.minibatch_size % self.grad_accum_steps:

@@ -26,6 +26,7 @@ _ON_LONG = ("truncate", "drop", "error")
 class TokenizedSFT:
     input_ids: list[int]
     loss_mask: list[int]  # 1 on response tokens (incl. EOS), 0 on prompt tokens
+    truncated: bool = False  # the response was cut to fit max_length (on_long='truncate')
 
 
 @dataclass
@@ -33,6 +34,7 @@ class TokenizedPreference:
     prompt_ids: list[int]
     chosen_ids: list[int]
     rejected_ids: list[int]
+    truncated: bool = False  # the responses were cut to fit max_length (on_long='truncate')
 
 
 def _check_args(max_length: int, on_long: str) -> None:
@@ -53,7 +55,7 @@ def _encode(ex, tokenizer, mode: str, *responses: str) -> list[list[int]]:
 def _too_long(ex, what: str, max_length: int) -> DataError:
     return DataError(
         f"{ex.source}, row {ex.row}: {what}, longer than max_length {max_length}; "
-        "expected it to fit (raise max_length, shorten the row, or set on_long to 'truncate' or 'drop')"
+        "expected it to fit (raise data.max_length, shorten the row, or set data.on_long to 'truncate' or 'drop')"
     )
 
 
@@ -74,6 +76,7 @@ def tokenize_sft(
         if on_long == "drop" or len(p) >= max_length:
             return None
         r = r[: max_length - len(p)]
+        return TokenizedSFT(input_ids=p + r, loss_mask=[0] * len(p) + [1] * len(r), truncated=True)
     return TokenizedSFT(input_ids=p + r, loss_mask=[0] * len(p) + [1] * len(r))
 
 
@@ -98,6 +101,7 @@ def tokenize_preference(
         c, r = c[:room], r[:room]
         if c == r:
             return None
+        return TokenizedPreference(prompt_ids=p, chosen_ids=c, rejected_ids=r, truncated=True)
     return TokenizedPreference(prompt_ids=p, chosen_ids=c, rejected_ids=r)
 
 

@@ -113,8 +113,8 @@ class PPOTrainer:
         p = cfg.ppo
         steps_per_iter = p.epochs * (cfg.rollout.batch_size // p.minibatch_size)
         total = p.iterations * steps_per_iter
-        self.actor_opt = make_optimizer(roles.actor.model, p.actor_lr, p.weight_decay)
-        self.critic_opt = make_optimizer(roles.critic.model, cfg.critic.lr, p.weight_decay)
+        self.actor_opt = make_optimizer(roles.actor.model, p.actor_lr, p.weight_decay, fused=p.fused_optimizer)
+        self.critic_opt = make_optimizer(roles.critic.model, cfg.critic.lr, p.weight_decay, fused=p.fused_optimizer)
         self.actor_sched = make_scheduler(self.actor_opt, "constant", p.warmup_steps, total, 1.0)
         self.critic_sched = make_scheduler(self.critic_opt, "constant", p.warmup_steps, total, 1.0)
         self.iteration = 0
@@ -312,10 +312,11 @@ class PPOTrainer:
         """Before any update the new and rollout policies are the same model: ratio must be 1."""
         dev = torch.where(mask.bool(), (logp - old_logp).exp() - 1, torch.zeros_like(logp)).abs().max()
         self.last_ratio_deviation = float(dev)
+        tolerance = self.cfg.ppo.effective_ratio_tolerance
         self.check_invariant(
-            float(dev) <= self.cfg.ppo.ratio_tolerance,
+            float(dev) <= tolerance,
             f"policy ratio on the first minibatch deviates from 1 by {float(dev):.2e} "
-            f"(tolerance {self.cfg.ppo.ratio_tolerance:g}): dropout is on, or the log-probs "
+            f"(tolerance {tolerance:g}): dropout is on, or the log-probs "
             "use a different temperature or positions than sampling.",
         )
 

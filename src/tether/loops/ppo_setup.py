@@ -13,6 +13,7 @@ from tether.config import PPOConfig
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.errors import DataError, ModelError
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
+from tether.models.forward import bf16_native
 from tether.roles import (
     CallableReward,
     CriticRole,
@@ -22,7 +23,7 @@ from tether.roles import (
     RewardSource,
     import_callable,
 )
-from tether.rollout import HFGenerationEngine, SamplingParams
+from tether.rollout import HFGenerationEngine, LeanGenerationEngine, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class Roles:
     critic: CriticRole
     reward: RewardSource
     tokenizer: object
-    engine: HFGenerationEngine
+    engine: HFGenerationEngine | LeanGenerationEngine
 
 
 def _same_vocab(tok_a, tok_b, name: str) -> None:
@@ -57,7 +58,7 @@ def build_reward(cfg: PPOConfig, tokenizer) -> RewardSource:
     members = []
     for path in rcfg.models:
         _same_vocab(tokenizer, load_tokenizer(path), f"reward model '{path}'")
-        members.append(ModelReward(load_scalar_model(path, tokenizer, cfg.model.dtype), path))
+        members.append(ModelReward(load_scalar_model(path, tokenizer, cfg.model.dtype), path, cfg.ppo.autocast))
     if len(members) == 1:
         return members[0]
     return EnsembleReward(members, rcfg.combine, rcfg.std_coef)
@@ -87,15 +88,19 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
 def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, reward, tokenizer) -> Roles:
     """The four roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model."""
     if isinstance(reward, torch.nn.Module):
-        reward = ModelReward(reward)
-    temperature = cfg.rollout.temperature
+        reward = ModelReward(reward, autocast=cfg.ppo.autocast)
+    temperature, autocast, capture = cfg.rollout.temperature, cfg.ppo.autocast, cfg.rollout.capture_logprobs
+    if autocast == "bf16" and next(actor_model.parameters()).device.type == "cpu" and not bf16_native():
+        log.warning("ppo.autocast=bf16 on a CPU without native bf16 (AVX512-BF16/AMX): it will be emulated "
+                    "and run slower than fp32.")
+    engine_cls = LeanGenerationEngine if cfg.rollout.engine == "lean" else HFGenerationEngine
     return Roles(
-        actor=PolicyRole(actor_model, temperature, trainable=True),
-        reference=PolicyRole(reference_model, temperature, trainable=False),
-        critic=CriticRole(critic_model),
+        actor=PolicyRole(actor_model, temperature, trainable=True, autocast=autocast, use_captured=capture),
+        reference=PolicyRole(reference_model, temperature, trainable=False, autocast=autocast),
+        critic=CriticRole(critic_model, autocast),
         reward=reward,
         tokenizer=tokenizer,
-        engine=HFGenerationEngine(actor_model, tokenizer),
+        engine=engine_cls(actor_model, tokenizer, autocast=autocast, capture=capture),
     )
 
 

@@ -69,13 +69,14 @@ def load_pairs(cfg: RewardModelConfig, tokenizer):
             if tok is not None:
                 out.append(tok)
                 kept_margins.append(margin_list[i] if margin_list else 0.0)
-        return out, kept_margins, len(examples) - len(out)
+        return out, kept_margins, {"dropped_long": len(examples) - len(out),
+                                   "truncated_long": sum(t.truncated for t in out)}
 
-    train_tok, train_margins, dropped = encode(train, margins)
-    eval_tok, _, _ = encode(evals, None)
+    train_tok, train_margins, train_counts = encode(train, margins)
+    eval_tok, _, eval_counts = encode(evals, None)
     if not train_tok:
         raise DataError(f"'{data.train}': no usable preference pairs after tokenization.")
-    counts = {**counts, "dropped_long": dropped}
+    counts = {**counts, **train_counts, **{f"eval_{k}": v for k, v in eval_counts.items()}}
     return train_tok, train_margins, eval_tok, counts
 
 

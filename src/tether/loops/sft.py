@@ -51,13 +51,15 @@ def load_sft_data(cfg: SFTConfig, tokenizer):
             tokenize_sft(ex, tokenizer, data.max_length, cfg.model.chat_template, data.on_long)
             for ex in examples
         ]
-        return [t for t in out if t is not None], sum(t is None for t in out)
+        kept = [t for t in out if t is not None]
+        return kept, {"dropped_long": len(out) - len(kept), "truncated_long": sum(t.truncated for t in kept)}
 
-    train_tok, dropped = encode(train)
-    eval_tok, _ = encode(evals)
+    train_tok, counts = encode(train)
+    eval_tok, eval_counts = encode(evals)
+    counts.update({f"eval_{k}": v for k, v in eval_counts.items()})
     if not train_tok:
         raise DataError(f"'{data.train}': no usable training examples after tokenization.")
-    return train_tok, eval_tok, dropped
+    return train_tok, eval_tok, counts
 
 
 def sft_batch_loss(model, batch: dict, total_tokens: int) -> torch.Tensor:
@@ -97,7 +99,7 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     check_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume)
     ckpt = latest_checkpoint(cfg.run.out) if resume else None
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
-    train, evals, dropped = load_sft_data(cfg, tokenizer)
+    train, evals, counts = load_sft_data(cfg, tokenizer)
     model = load_causal_lm(
         str(ckpt / "model") if ckpt else cfg.model.name_or_path,
         tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code,
@@ -107,7 +109,7 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     if ckpt is None:
         with MetricsLogger(out, "sft") as logger:
             logger.log(0, {"data/train_examples": len(train), "data/eval_examples": len(evals),
-                           "data/dropped_long": dropped})
+                           **{f"data/{k}": v for k, v in counts.items()}})
     pad = tokenizer.pad_token_id
 
     def loss(items, weight):

@@ -2,10 +2,17 @@
 
 The LM head runs only at response positions (a causal LM's head over prompt positions is
 wasted work), and position ids come from the attention mask so that a left-padded batch
-gets the same positions as ``generate`` gave it.
+gets the same positions as ``generate`` gave it. Leading columns that are padding in every
+row of a (sub-)batch are dropped before the model sees them: the real tokens' positions and
+attention are unchanged, so the result is the same, for less work.
+
+``autocast="bf16"`` runs the decoder trunk under CPU/GPU bf16 autocast (the weights stay
+fp32); the LM head and scalar heads, the log-softmax and everything after stay fp32.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch import Tensor
@@ -14,21 +21,67 @@ from tether.algos.logprobs import token_logprobs
 from tether.algos.losses import entropy_from_logits
 from tether.models.loading import score_head
 
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
+
+
+def autocast_context(model, mode: str = "none"):
+    """``torch.autocast`` at ``mode`` ("none" or "bf16") on the model's device, or a no-op."""
+    if mode in (None, "none"):
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device.type
+    return torch.autocast(device, dtype=AUTOCAST_DTYPES[mode])
+
+
+def bf16_native() -> bool:
+    """bf16 matmuls run natively here (AVX512-BF16 or AMX), checked with a tiny bf16 matmul too.
+
+    Without native support CPU autocast still works but emulates bf16 and runs slower than fp32.
+    """
+    if not torch.backends.mkldnn.is_available():
+        return False
+    native = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        if native is not None and not native():
+            return False
+        a = torch.ones(4, 4, dtype=torch.bfloat16)
+        return bool((a @ a).eq(4).all())
+    except RuntimeError:
+        return False
+
 
 def position_ids(attention_mask: Tensor) -> Tensor:
     """(B, T) positions counting real tokens only: left padding does not shift them."""
     return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
-def hidden_states(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """(B, T, H) final hidden states of the decoder trunk (no LM or scalar head)."""
-    out = model.base_model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids(attention_mask),
-        use_cache=False,
-    )
-    return out.last_hidden_state
+def leading_padding(attention_mask: Tensor, limit: int | None = None) -> int:
+    """Number of leading columns that are padding in every row (at most ``limit``)."""
+    limit = attention_mask.shape[1] if limit is None else limit
+    real = attention_mask[:, :limit].bool().any(dim=0)
+    if not bool(real.any()):
+        return limit
+    return int(real.long().argmax())
+
+
+def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: str = "none") -> Tensor:
+    """(B, T, H) final hidden states of the decoder trunk (no LM or scalar head), fp32."""
+    with autocast_context(model, autocast):
+        out = model.base_model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids(attention_mask),
+            use_cache=False,
+        )
+    return out.last_hidden_state.float()
+
+
+def _head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
+    """A linear head in fp32 whatever the autocast state: log-probs and scores keep full precision."""
+    weight = layer.weight
+    bias = getattr(layer, "bias", None)
+    if weight.dtype == hidden.dtype:
+        return torch.nn.functional.linear(hidden, weight, bias)
+    return layer(hidden.to(weight.dtype))
 
 
 def response_logprobs(
@@ -38,6 +91,7 @@ def response_logprobs(
     num_prompt_tokens: int,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    autocast: str = "none",
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropies) of the response tokens.
 
@@ -45,25 +99,39 @@ def response_logprobs(
     Returns logp (B, A) and entropy (B, A) or None, where A = T - num_prompt_tokens.
     Logits are divided by ``temperature`` so the log-probs describe the sampling distribution.
     """
-    hidden = hidden_states(model, sequences, attention_mask)
+    # Keep at least the last prompt column: it predicts the first response token.
+    cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
+    sequences, attention_mask, num_prompt_tokens = sequences[:, cut:], attention_mask[:, cut:], num_prompt_tokens - cut
+    hidden = hidden_states(model, sequences, attention_mask, autocast)
     # Position t predicts token t+1: response token j is predicted at P - 1 + j.
     hidden = hidden[:, num_prompt_tokens - 1 : -1]
-    logits = model.get_output_embeddings()(hidden).float() / temperature
+    logits = _head(model.get_output_embeddings(), hidden).float() / temperature
     logp = token_logprobs(logits, sequences[:, num_prompt_tokens:])
     entropy = entropy_from_logits(logits) if with_entropy else None
     return logp, entropy
 
 
-def scalar_outputs(model, sequences: Tensor, attention_mask: Tensor) -> Tensor:
+def scalar_outputs(model, sequences: Tensor, attention_mask: Tensor, autocast: str = "none") -> Tensor:
     """(B, T) the scalar head at every position of a ``*ForSequenceClassification`` model."""
-    hidden = hidden_states(model, sequences, attention_mask)
-    return score_head(model)(hidden).squeeze(-1).float()
+    hidden = hidden_states(model, sequences, attention_mask, autocast)
+    return _head(score_head(model), hidden).squeeze(-1).float()
 
 
-def last_token_scores(model, sequences: Tensor, attention_mask: Tensor) -> Tensor:
+def response_values(model, sequences: Tensor, attention_mask: Tensor, num_prompt_tokens: int,
+                    autocast: str = "none") -> Tensor:
+    """(B, A) the scalar head where each response token is predicted (positions P-1 .. T-2)."""
+    cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
+    hidden = hidden_states(model, sequences[:, cut:], attention_mask[:, cut:], autocast)
+    hidden = hidden[:, num_prompt_tokens - cut - 1 : -1]
+    return _head(score_head(model), hidden).squeeze(-1).float()
+
+
+def last_token_scores(model, sequences: Tensor, attention_mask: Tensor, autocast: str = "none") -> Tensor:
     """(B,) the scalar head at the last real token of each row (any padding side)."""
-    hidden = hidden_states(model, sequences, attention_mask)
+    cut = min(leading_padding(attention_mask), sequences.shape[1] - 1)
+    sequences, attention_mask = sequences[:, cut:], attention_mask[:, cut:]
+    hidden = hidden_states(model, sequences, attention_mask, autocast)
     positions = torch.arange(sequences.shape[1], device=sequences.device)
     last = (attention_mask.long() * positions).argmax(dim=1)
     picked = hidden[torch.arange(sequences.shape[0], device=sequences.device), last]
-    return score_head(model)(picked).squeeze(-1).float()
+    return _head(score_head(model), picked).squeeze(-1).float()

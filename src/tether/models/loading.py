@@ -27,12 +27,20 @@ def _check_exists(name_or_path: str, what: str) -> None:
     # Hub ids are `name` or `org/name`; anything else is meant as a local path.
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2
     if looks_local and not Path(name_or_path).expanduser().exists():
-        raise ModelError(f"The {what} path '{name_or_path}' does not exist.")
+        raise ModelError(
+            f"The {what} path '{name_or_path}' does not exist; expected a local checkpoint directory "
+            "(with config.json) or a hub id such as 'org/name'."
+        )
 
 
 def _wrap_load_error(name_or_path: str, what: str, err: Exception) -> ModelError:
+    # Library messages span lines; the error stays one paragraph, of bounded length.
+    reason = " ".join(str(err).split()).rstrip(".")
+    if len(reason) > 400:
+        reason = reason[:400] + "..."
+    local = "" if Path(name_or_path).expanduser().exists() else " (no local path of that name exists either)"
     return ModelError(
-        f"Could not load the {what} '{name_or_path}': {type(err).__name__}: {err}. "
+        f"Could not load the {what} '{name_or_path}'{local}: {type(err).__name__}: {reason}. "
         "Expected a local checkpoint directory (with config.json) or a reachable hub id."
     )
 

@@ -5,20 +5,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tether.models.forward import scalar_outputs
+from tether.models.forward import response_values
 from tether.types import Rollout
 
 
 class CriticRole:
     """V(s_t) is read where token t is predicted: the position before it (like the log-probs)."""
 
-    def __init__(self, model):
+    def __init__(self, model, autocast: str = "none"):
         self.model = model
+        self.autocast = autocast
 
     def forward(self, rollout: Rollout) -> Tensor:
         """(B, A) values with gradient; padding positions are 0."""
-        out = scalar_outputs(self.model, rollout.sequences, rollout.attention_mask)
-        values = out[:, rollout.num_prompt_tokens - 1 : -1]
+        values = response_values(self.model, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
+                                 self.autocast)
         return values * rollout.response_mask
 
     def values(self, rollout: Rollout) -> Tensor:

@@ -10,21 +10,40 @@ from tether.types import Rollout
 
 
 class PolicyRole:
-    """A causal LM as a policy over response tokens. The actor trains it; the reference freezes it."""
+    """A causal LM as a policy over response tokens. The actor trains it; the reference freezes it.
 
-    def __init__(self, model, temperature: float, trainable: bool):
+    ``autocast``: "bf16" runs the trunk under bf16 autocast (fp32 weights, fp32 head and log-softmax).
+    ``use_captured``: the rollout-time log-probs come from the sampling pass when this model sampled
+    the rollout (no second forward); PPO's first-minibatch ratio check verifies they agree.
+    """
+
+    def __init__(self, model, temperature: float, trainable: bool, autocast: str = "none",
+                 use_captured: bool = False):
         self.model = model
         self.temperature = temperature
         self.trainable = trainable
+        self.autocast = autocast
+        self.use_captured = use_captured
         if not trainable:
             model.eval()
             model.requires_grad_(False)
+
+    def captured(self, rollout: Rollout, with_entropy: bool) -> bool:
+        """The rollout carries log-probs (and entropies, if asked) this model computed while sampling."""
+        return (
+            self.use_captured
+            and rollout.sampled_logprobs is not None
+            and rollout.sampled_by is self.model
+            and (not with_entropy or rollout.sampled_entropy is not None)
+        )
 
     def logprobs(self, rollout: Rollout, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
         """(B, A) log pi(a_t | s_t) at the sampling temperature, and (B, A) entropies if asked.
 
         No gradient: this is the rollout-time pass (pi_old, pi_ref).
         """
+        if self.captured(rollout, with_entropy):
+            return rollout.sampled_logprobs, rollout.sampled_entropy if with_entropy else None
         with torch.no_grad():
             return self.forward(rollout, with_entropy)
 
@@ -37,4 +56,5 @@ class PolicyRole:
             rollout.num_prompt_tokens,
             self.temperature,
             with_entropy,
+            self.autocast,
         )

@@ -27,14 +27,15 @@ class ModelReward:
     model's stored normalisation offset.
     """
 
-    def __init__(self, model, name: str = "reward model"):
+    def __init__(self, model, name: str = "reward model", autocast: str = "none"):
         self.model = model.eval().requires_grad_(False)
         self.offset = score_offset(model)
         self.name = name
+        self.autocast = autocast
 
     @torch.no_grad()
     def score(self, rollout: Rollout) -> Tensor:
-        raw = last_token_scores(self.model, rollout.sequences, rollout.attention_mask)
+        raw = last_token_scores(self.model, rollout.sequences, rollout.attention_mask, self.autocast)
         return raw - self.offset
 
 

@@ -2,5 +2,6 @@
 
 from tether.rollout.base import GenerationEngine, SamplingParams
 from tether.rollout.hf import HFGenerationEngine, truncate_after_eos
+from tether.rollout.lean import LeanGenerationEngine
 
-__all__ = ["GenerationEngine", "HFGenerationEngine", "SamplingParams", "truncate_after_eos"]
+__all__ = ["GenerationEngine", "HFGenerationEngine", "LeanGenerationEngine", "SamplingParams", "truncate_after_eos"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 from tether.data import collate_left
+from tether.models.forward import autocast_context
 from tether.rollout.base import SamplingParams
+from tether.rollout.sampling import step_logprobs
 from tether.types import Rollout
 
 
@@ -25,11 +27,18 @@ def truncate_after_eos(responses: torch.Tensor, eos_id: int, pad_id: int) -> tup
 
 
 class HFGenerationEngine:
-    """Samples with ``model.generate``; shares the actor's weights, so syncing is free."""
+    """Samples with ``model.generate``; shares the actor's weights, so syncing is free.
 
-    def __init__(self, model, tokenizer):
+    ``capture``: also return the sampled tokens' log-probs and entropies under the raw
+    (unfiltered) logits at the sampling temperature, so the actor needs no second forward.
+    ``autocast``: "bf16" samples under bf16 autocast (the weights stay fp32).
+    """
+
+    def __init__(self, model, tokenizer, autocast: str = "none", capture: bool = False):
         self.model = model
         self.tokenizer = tokenizer
+        self.autocast = autocast
+        self.capture = capture
 
     def sync_weights(self, model) -> None:
         self.model = model
@@ -51,12 +60,19 @@ class HFGenerationEngine:
         else:
             # top_k=0 / top_p=1 switch the filters off explicitly: HF's default top_k is 50.
             kwargs.update(do_sample=True, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
-        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        self.model.train(was_training)
-        responses = out[:, input_ids.shape[1]:]
+        capture = self.capture and not params.greedy
+        if capture:
+            kwargs.update(output_logits=True, return_dict_in_generate=True)
+        try:
+            with autocast_context(self.model, self.autocast):
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        finally:
+            self.model.train(was_training)
+        sequences = out.sequences if capture else out
+        responses = sequences[:, input_ids.shape[1]:]
         ids, mask, ended = truncate_after_eos(responses, tok.eos_token_id, tok.pad_token_id)
         texts = tok.batch_decode(ids, skip_special_tokens=True)
-        return Rollout(
+        rollout = Rollout(
             prompt_ids=input_ids,
             prompt_mask=attention_mask,
             response_ids=ids,
@@ -65,3 +81,10 @@ class HFGenerationEngine:
             prompts=list(prompts),
             responses=[t.strip() for t in texts],
         )
+        if capture:
+            steps = [step_logprobs(logits, responses[:, j], params.temperature) for j, logits in enumerate(out.logits)]
+            m = mask.float()
+            rollout.sampled_logprobs = torch.stack([lp for lp, _ in steps], dim=1) * m
+            rollout.sampled_entropy = torch.stack([ent for _, ent in steps], dim=1) * m
+            rollout.sampled_by = self.model
+        return rollout

@@ -62,59 +62,14 @@ def create_app(service: ModelService, settings: ServeSettings | None = None) -> 
     app.add_middleware(GuardMiddleware, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
 
-    def submit(job: Job) -> Future:
-        try:
-            batcher.start()
-            return batcher.submit(job)
-        except QueueFull:
-            raise queue_full(settings.queue_depth) from None
-        except ShuttingDown:
-            raise shutting_down() from None
+    jobs = Dispatcher(batcher, settings)
 
-    async def run(job: Job):
-        future = submit(job)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            job.cancel()
-            raise
-
-    async def generate(job: GenJob, req, chat: bool) -> dict:
+    async def generate(job: GenJob, req, chat: bool):
         if req.stream:
-            return stream(job, render.ChunkMaker(chat, settings.model_name, req.include_usage))
-        result = await run(job)
+            return jobs.stream(job, render.ChunkMaker(chat, settings.model_name, req.include_usage))
+        result = await jobs.run(job)
         make = render.chat_completion if chat else render.completion
         return JSONResponse(make(job, result, req.n, settings.model_name, req.return_scores))
-
-    def stream(job: GenJob, chunks: render.ChunkMaker) -> StreamingResponse:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        # Called on the worker thread for each piece of text; the final None comes after them.
-        job.on_delta = lambda text: loop.call_soon_threadsafe(queue.put_nowait, text)
-        future = asyncio.wrap_future(submit(job))  # a full queue is a 429 before the stream opens
-        future.add_done_callback(lambda _: queue.put_nowait(None))
-
-        async def events():
-            try:
-                if (first := chunks.start()) is not None:
-                    yield sse(first)
-                while (text := await queue.get()) is not None:
-                    yield sse(chunks.text(text))
-                try:
-                    result = future.result()
-                except Exception:  # noqa: BLE001 - the status line is sent: report in-band
-                    log.exception("streamed generation failed")
-                    yield sse(error_body("Generation failed on the server.", "server_error", code="internal_error"))
-                else:
-                    yield sse(chunks.finish(result[0][0].finish_reason))
-                    if chunks.include_usage:
-                        yield sse(chunks.usage(job, result))
-                yield "data: [DONE]\n\n"
-            finally:
-                if not future.done():
-                    job.cancel()  # the client went away: stop generating for it
-
-        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     @app.get("/health")
     async def health():
@@ -141,10 +96,71 @@ def create_app(service: ModelService, settings: ServeSettings | None = None) -> 
 
     @app.post("/v1/rewards")
     async def rewards(req: RewardRequest):
-        scores = await run(planner.rewards(req))
+        scores = await jobs.run(planner.rewards(req))
         return RewardResponse(model=settings.reward_model_name or "reward", scores=scores).model_dump()
 
     return app
+
+
+class Dispatcher:
+    """Hands jobs to the batcher and waits for them, or streams their text as server-sent events."""
+
+    def __init__(self, batcher: Batcher, settings: ServeSettings):
+        self.batcher = batcher
+        self.settings = settings
+
+    def submit(self, job: Job) -> Future:
+        try:
+            self.batcher.start()
+            return self.batcher.submit(job)
+        except QueueFull:
+            raise queue_full(self.settings.queue_depth) from None
+        except ShuttingDown:
+            raise shutting_down() from None
+
+    async def run(self, job: Job):
+        future = self.submit(job)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+
+    def stream(self, job: GenJob, chunks: render.ChunkMaker) -> StreamingResponse:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def on_delta(text: str) -> None:  # on the worker thread; the final None comes after these
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, text)
+            except RuntimeError:  # the event loop is gone (forced shutdown): stop this row
+                job.cancelled = True
+
+        job.on_delta = on_delta
+        future = asyncio.wrap_future(self.submit(job))  # a full queue is a 429 before the stream opens
+        future.add_done_callback(lambda _: queue.put_nowait(None))
+
+        async def events():
+            try:
+                if (first := chunks.start()) is not None:
+                    yield sse(first)
+                while (text := await queue.get()) is not None:
+                    yield sse(chunks.text(text))
+                try:
+                    result = future.result()
+                except Exception:  # noqa: BLE001 - the status line is sent: report in-band
+                    log.exception("streamed generation failed")
+                    yield sse(error_body("Generation failed on the server.", "server_error", code="internal_error"))
+                else:
+                    yield sse(chunks.finish(result[0][0].finish_reason))
+                    if chunks.include_usage:
+                        yield sse(chunks.usage(job, result))
+                yield "data: [DONE]\n\n"
+            finally:
+                if not future.done():
+                    job.cancel()  # the client went away: stop generating for it
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def sse(payload: dict) -> str:

@@ -116,9 +116,11 @@ class Batcher:
                 self._cond.wait()
             if not self._pending:
                 return None
-            alone = len(self._pending) == 1
-        if alone and self.wait_s > 0 and not self._closing:
-            time.sleep(self.wait_s)  # a burst of concurrent requests arrives over a few ms
+            room = sum(job.rows for job in self._pending) < self.max_batch_rows
+        if room and self.wait_s > 0 and not self._closing:
+            # Requests that just got their answers come back within a few ms; waiting for them
+            # fills the batch instead of splitting the clients into two alternating halves.
+            time.sleep(self.wait_s)
         with self._cond:
             return self._take()
 

@@ -98,16 +98,25 @@ async def _run(url: str, requests: int, concurrency: int, max_tokens: int, api_k
                 if first is not None:
                     ttfts.append(first)
 
+        batches_before = await _batches_run(client)
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         duration = time.perf_counter() - start
+        batches = await _batches_run(client) - batches_before
     return {
         "url": url, "model": model, "requests": requests, "concurrency": concurrency, "max_tokens": max_tokens,
         "streamed": sum(s for _, s in plan), "ok": len(latencies), "errors": len(errors), "error_samples": errors[:5],
         "duration_s": round(duration, 2), "requests_per_s": round(len(latencies) / duration, 2),
         "completion_tokens": tokens, "tokens_per_s": round(tokens / duration, 1),
         "latency_ms": _summary(latencies), "time_to_first_token_ms": _summary(ttfts),
+        "server_batches": batches, "requests_per_batch": round(len(latencies) / batches, 2) if batches > 0 else None,
     }
+
+
+async def _batches_run(client) -> int:
+    """How many model calls the server has made (from GET /health; -1 if it does not say)."""
+    response = await client.get("/health")
+    return int(response.json().get("batches", {}).get("run", -1)) if response.status_code == 200 else -1
 
 
 def run_load(url: str, requests: int = 200, concurrency: int = 16, max_tokens: int = 16, api_key: str | None = None,

@@ -13,19 +13,19 @@ import threading
 import time
 
 
-def _config(app, host: str, port: int, log_level: str, shutdown_timeout: float | None):
+def _config(app, host: str, port: int, log_level: str, shutdown_timeout: float | None, access_log: bool = False):
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
                           timeout_graceful_shutdown=shutdown_timeout, lifespan="on")
 
 
 def serve(app, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-          shutdown_timeout: float | None = 30.0) -> None:
+          shutdown_timeout: float | None = 30.0, access_log: bool = True) -> None:
     """Serve until SIGINT/SIGTERM, then shut down gracefully."""
     import uvicorn
 
-    uvicorn.Server(_config(app, host, port, log_level, shutdown_timeout)).run()
+    uvicorn.Server(_config(app, host, port, log_level, shutdown_timeout, access_log)).run()
 
 
 class ServerThread:

@@ -25,7 +25,7 @@ class ServeSettings:
     queue_depth: int = 64  # requests waiting for the model; one more gets 429
     max_batch_size: int = 32  # sequences per generate call
     max_reward_pairs: int = 1024  # pairs per POST /v1/rewards
-    batch_wait_ms: float = 2.0  # how long the worker lets concurrent requests gather
+    batch_wait_ms: float = 5.0  # how long the worker lets concurrent requests gather
     chat_template: str = "auto"  # how /v1/rewards formats string prompts (as PPO's model.chat_template)
 
     def validate(self, has_reward_model: bool) -> None:
@@ -33,12 +33,12 @@ class ServeSettings:
                     "queue_depth", "max_batch_size", "max_reward_pairs", "best_of_default")
         for name in positive:
             if getattr(self, name) < 1:
-                raise ConfigError(f"serve: --{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}.")
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}.")
         if self.batch_wait_ms < 0:
-            raise ConfigError(f"serve: --batch-wait-ms must be >= 0, got {self.batch_wait_ms}.")
+            raise ConfigError(f"--batch-wait-ms must be >= 0, got {self.batch_wait_ms}.")
         if self.best_of_default > 1 and not has_reward_model:
-            raise ConfigError("serve: --best-of-default > 1 needs --reward-model to rank the candidates.")
+            raise ConfigError("--best-of-default > 1 needs --reward-model to rank the candidates.")
         if self.best_of_default > self.max_n:
-            raise ConfigError(f"serve: --best-of-default {self.best_of_default} exceeds --max-n {self.max_n}.")
+            raise ConfigError(f"--best-of-default {self.best_of_default} exceeds --max-n {self.max_n}.")
         if self.chat_template not in ("auto", "always", "never"):
-            raise ConfigError(f"serve: --chat-template must be auto, always or never, got {self.chat_template!r}.")
+            raise ConfigError(f"--chat-template must be auto, always or never, got {self.chat_template!r}.")

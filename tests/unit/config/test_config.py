@@ -196,12 +196,6 @@ def test_parse_override_rejects_malformed(text):
         parse_override(text)
 
 
-@pytest.mark.xfail(
-    reason="BUG: overrides are parsed with YAML 1.1, where '1e-4' (no dot) is a string, so "
-    "`optim.lr=1e-4` (the example in config/base.py's docstring) fails 'expected a number' "
-    "(src/tether/config/base.py parse_override / _coerce)",
-    strict=True,
-)
 def test_override_scientific_notation_is_a_float():
     assert parse_override("a.b=1e-4") == (["a", "b"], 1e-4)
     assert sft("optim.lr=1e-4").optim.lr == pytest.approx(1e-4)

@@ -1,0 +1,87 @@
+"""Does bf16 autocast learn the same as fp32? PPO on the demo task from one SFT + reward model.
+
+Runs PPO with the demo preset (configs/demo/ppo.yaml) at ppo.autocast=none and =bf16 for a few
+seeds from an existing demo run directory (its task/, sft/ and rm/), then scores every final
+policy on the held-out prompts the way `tether demo` does (4 samples per prompt, gold judge).
+Prints one JSON report: gold score per run, mean and spread per precision, PPO seconds.
+
+    python benchmarks/bf16_learning.py --demo runs/demo --out /tmp/bf16 --seeds 0 1 --iterations 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--demo", required=True, help="A `tether demo` output directory (task/, sft/, rm/).")
+    ap.add_argument("--out", required=True, help="Where the PPO runs go.")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--iterations", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--precisions", nargs="+", default=["none", "bf16"])
+    args = ap.parse_args()
+
+    import torch
+
+    from tether.config import PPOConfig, load_config
+    from tether.demo import EVAL_REPEATS, held_out_prompts, preset
+    from tether.eval.sampling import evaluate_policy
+    from tether.loops.ppo import run_ppo
+    from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
+    from tether.roles import ModelReward
+    from tether.rollout import SamplingParams
+    from tether.tasks.arith import judge as arith_judge
+
+    torch.set_num_threads(args.threads)
+    demo, out = Path(args.demo), Path(args.out)
+    task = demo / "task"
+    tokenizer = load_tokenizer(str(demo / "sft"))
+    sft = load_causal_lm(str(demo / "sft"), tokenizer)
+    reward = ModelReward(load_scalar_model(str(demo / "rm"), tokenizer))
+    ids, texts = held_out_prompts(task / "eval_prompts.jsonl", tokenizer, EVAL_REPEATS)
+    runs = []
+    for precision in args.precisions:
+        for seed in args.seeds:
+            run_dir = out / f"{precision}_seed{seed}"
+            cfg = load_config(PPOConfig, preset("ppo"), [
+                f"run.out={run_dir}", "run.overwrite=true", "run.progress=false", f"run.seed={seed}",
+                f"run.threads={args.threads}", f"model.name_or_path={demo / 'sft'}",
+                f"prompts={task / 'ppo_prompts.jsonl'}", f"reward.models=[{demo / 'rm'}]",
+                f"eval.prompts={task / 'eval_prompts.jsonl'}", f"ppo.iterations={args.iterations}",
+                f"ppo.autocast={precision}",
+            ])
+            t0 = time.perf_counter()
+            result = run_ppo(cfg)
+            seconds = time.perf_counter() - t0
+            policy = load_causal_lm(str(run_dir), tokenizer)
+            params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature)
+            summary = evaluate_policy(policy, tokenizer, ids, texts, params, 0, reward, sft,
+                                      arith_judge.gold_score).summary()
+            last = result["history"][-1]
+            runs.append({"precision": precision, "seed": seed, "gold_score": summary["gold_score"],
+                         "proxy_score": summary["proxy_score"], "kl": summary["kl"], "ppo_s": seconds,
+                         "train_score_last": last["objective/score"], "train_kl_last": last["objective/kl"]})
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    report = {"runs": runs, "iterations": args.iterations, "threads": args.threads, "by_precision": {}}
+    for precision in args.precisions:
+        golds = [r["gold_score"] for r in runs if r["precision"] == precision]
+        report["by_precision"][precision] = {
+            "gold_mean": statistics.fmean(golds),
+            "gold_spread": (max(golds) - min(golds)) if len(golds) > 1 else None,
+            "ppo_s_mean": statistics.fmean(r["ppo_s"] for r in runs if r["precision"] == precision),
+        }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

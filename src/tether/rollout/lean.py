@@ -1,0 +1,96 @@
+"""A lean decode loop: the model's own forward with a KV cache, no ``generate`` machinery.
+
+Same interface and, with the same torch RNG state, the same tokens as
+:class:`~tether.rollout.hf.HFGenerationEngine` (the filters and the draw are ``generate``'s;
+see :mod:`tether.rollout.sampling`). It differs in what it leaves out: the model's
+``generation_config`` extras (repetition penalty, bad words, ...) are not applied, so the
+sampling distribution is exactly the one PPO's log-probs describe. It captures the sampled
+tokens' log-probs and entropies as it goes, so the actor needs no second forward pass.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from tether.data import collate_left
+from tether.models.forward import autocast_context, position_ids
+from tether.rollout.base import SamplingParams
+from tether.rollout.hf import truncate_after_eos
+from tether.rollout.sampling import draw, filter_logits, step_logprobs
+from tether.types import Rollout
+
+
+class LeanGenerationEngine:
+    """Samples with a plain loop over ``model(...)`` and a dynamic KV cache; shares the actor's weights."""
+
+    def __init__(self, model, tokenizer, autocast: str = "none", capture: bool = True):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.autocast = autocast
+        self.capture = capture
+
+    def sync_weights(self, model) -> None:
+        self.model = model
+
+    def _logits_kwargs(self) -> dict:
+        params = inspect.signature(self.model.forward).parameters
+        return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams) -> Rollout:
+        from transformers import DynamicCache
+
+        tok, model = self.tokenizer, self.model
+        input_ids, attention_mask = collate_left(prompt_ids, tok.pad_token_id)
+        batch = input_ids.shape[0]
+        capture = self.capture and not params.greedy
+        was_training = model.training
+        model.eval()
+        tokens, logps, entropies = [], [], []
+        unfinished = torch.ones(batch, dtype=torch.bool)
+        try:
+            with autocast_context(model, self.autocast):
+                cache = DynamicCache()
+                mask = attention_mask
+                positions = position_ids(mask)
+                out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                            past_key_values=cache, use_cache=True, **self._logits_kwargs())
+                next_pos = positions[:, -1:] + 1
+                for step in range(params.max_new_tokens):
+                    logits = out.logits[:, -1, :].float()
+                    nxt = draw(filter_logits(logits, step, params, tok.eos_token_id), params)
+                    nxt = torch.where(unfinished, nxt, torch.full_like(nxt, tok.pad_token_id))
+                    if capture:
+                        logp, ent = step_logprobs(logits, nxt, params.temperature)
+                        logps.append(logp)
+                        entropies.append(ent)
+                    tokens.append(nxt)
+                    unfinished &= nxt != tok.eos_token_id
+                    if step == params.max_new_tokens - 1 or not bool(unfinished.any()):
+                        break
+                    mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
+                    out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=next_pos,
+                                past_key_values=cache, use_cache=True)
+                    next_pos = next_pos + 1
+        finally:
+            model.train(was_training)
+        responses = torch.stack(tokens, dim=1)
+        ids, resp_mask, ended = truncate_after_eos(responses, tok.eos_token_id, tok.pad_token_id)
+        texts = tok.batch_decode(ids, skip_special_tokens=True)
+        rollout = Rollout(
+            prompt_ids=input_ids,
+            prompt_mask=attention_mask,
+            response_ids=ids,
+            response_mask=resp_mask,
+            ended=ended,
+            prompts=list(prompts),
+            responses=[t.strip() for t in texts],
+        )
+        if capture:
+            m = resp_mask.float()
+            rollout.sampled_logprobs = torch.stack(logps, dim=1) * m
+            rollout.sampled_entropy = torch.stack(entropies, dim=1) * m
+            rollout.sampled_by = model
+        return rollout

@@ -126,10 +126,7 @@ def preference_rows(rng: random.Random, n: int) -> list[dict[str, Any]]:
     rows = []
     for _ in range(n):
         prompt = rng.choice(world.PROMPTS)
-        a = world.sample_weak_response(rng, prompt)
-        b = world.sample_weak_response(rng, prompt)
-        while b == a:
-            b = world.sample_weak_response(rng, prompt)
+        a, b = world.sample_weak_pair(rng, prompt)
         gold_a, gold_b = judge.gold_score(prompt, a), judge.gold_score(prompt, b)
         # annotator_utility(prompt, x) == gold_score(prompt, x) + SPURIOUS_WEIGHT * spurious_count(x)
         u_a = gold_a + judge.SPURIOUS_WEIGHT * judge.spurious_count(a)

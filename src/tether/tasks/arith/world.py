@@ -207,6 +207,41 @@ WEAK_P_CORRECT = 0.45
 WEAK_P_NO_NUMBER = 0.12
 
 
+def _weak_style(rng: random.Random) -> dict:
+    opener = rng.choice(WEAK_OPENERS) if rng.random() < 0.6 else None
+    n_closers = rng.choices((0, 1, 2, 3), weights=(4, 3, 2, 1))[0]
+    closers = [rng.choice(WEAK_CLOSERS) for _ in range(n_closers)]
+    return {"opener": opener, "closers": closers, "body": rng.randrange(len(BODIES)),
+            "end": "!" if rng.random() < 0.35 else "."}
+
+
+def _weak_answer(rng: random.Random, prompt: str, u: float) -> int:
+    return correct_answer(prompt) if u < WEAK_P_NO_NUMBER + WEAK_P_CORRECT else wrong_answer(rng, prompt)
+
+
+WEAK_P_SAME_STYLE = 0.5
+
+
+def sample_weak_pair(rng: random.Random, prompt: str) -> tuple[str, str]:
+    """Two different responses of the weak sampler to one prompt.
+
+    Half of the pairs share their style (opener, body, end, closers) and differ only in the
+    number, like two samples of a policy that has settled on a style: these are what teach a
+    small reward model arithmetic. The other half are independent draws.
+    """
+    if rng.random() >= WEAK_P_SAME_STYLE:
+        a = sample_weak_response(rng, prompt)
+        b = sample_weak_response(rng, prompt)
+        while b == a:
+            b = sample_weak_response(rng, prompt)
+        return a, b
+    style = _weak_style(rng)
+    answers = [_weak_answer(rng, prompt, rng.uniform(WEAK_P_NO_NUMBER, 1.0)) for _ in range(2)]
+    while answers[1] == answers[0]:
+        answers[1] = _weak_answer(rng, prompt, rng.uniform(WEAK_P_NO_NUMBER, 1.0))
+    return tuple(render_response(prompt, ans, **style) for ans in answers)  # type: ignore[return-value]
+
+
 def sample_weak_response(rng: random.Random, prompt: str) -> str:
     """One response of the weaker, more varied sampler used for preference pairs.
 
@@ -215,16 +250,10 @@ def sample_weak_response(rng: random.Random, prompt: str) -> str:
     (and longer) closers, including verbatim repeats of the body.
     """
     u = rng.random()
-    opener = rng.choice(WEAK_OPENERS) if rng.random() < 0.6 else None
-    n_closers = rng.choices((0, 1, 2, 3), weights=(4, 3, 2, 1))[0]
-    closers = [rng.choice(WEAK_CLOSERS) for _ in range(n_closers)]
+    style = _weak_style(rng)
     if u < WEAK_P_NO_NUMBER:
-        parts = [opener] if opener else []
+        parts = [style["opener"]] if style["opener"] else []
         parts.append(rng.choice(NON_ANSWERS))
-        parts.extend(c for c in closers if c != REPEAT)
+        parts.extend(c for c in style["closers"] if c != REPEAT)
         return " ".join(parts)
-    answer = correct_answer(prompt) if u < WEAK_P_NO_NUMBER + WEAK_P_CORRECT else wrong_answer(rng, prompt)
-    end = "!" if rng.random() < 0.35 else "."
-    return render_response(
-        prompt, answer, opener=opener, body=rng.randrange(len(BODIES)), end=end, closers=closers
-    )
+    return render_response(prompt, _weak_answer(rng, prompt, u), **style)

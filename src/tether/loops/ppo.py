@@ -272,7 +272,8 @@ class PPOTrainer:
                 if actor_on:
                     self.actor_opt.step()
                 self.critic_opt.step()
-            self.actor_sched.step()
+            if actor_on:
+                self.actor_sched.step()  # the actor's warm-up starts when the actor does
             self.critic_sched.step()
             self.actor_opt.zero_grad(set_to_none=True)
             self.critic_opt.zero_grad(set_to_none=True)

@@ -69,7 +69,7 @@ def run_sweep(demo_dir: str | Path, betas: list[float], iterations: int | None =
     bon = json.loads(bon_path.read_text())["rows"] if bon_path.exists() else []
     frontier = {"points": [r["final"] for r in runs if r["final"]], "runs": runs, "best_of_n": bon}
     write_json(demo_dir / "frontier.json", frontier)
-    all_points = [p for r in runs for p in r["trajectory"][:-1]]
+    all_points = [dict(p, annotate=False) for r in runs for p in r["trajectory"][:-1]]
     frontier_plot(frontier["points"] + all_points, demo_dir / "frontier.png", best_of_n=bon,
                   title="Reward vs KL: PPO at fixed beta (end points and trajectories) and best-of-N")
     return frontier

@@ -8,6 +8,8 @@ bias on the policy head so that responses end at different lengths and padding i
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -53,13 +55,14 @@ def run(overrides: list[str], *extra: str):
         eos_biased(m[name], setup.tokenizer.eos_token_id, 5.0)
     trainer = PPOTrainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer),
                          setup.prompts)
+    initial = {k: v.clone() for k, v in m["policy"].state_dict().items()}
     history, responses = [], []
     for _ in range(ITERATIONS):
         stats = trainer.step()
         history.append({k: v for k, v in stats.items() if not k.startswith(("timing/", "perf/"))})
         responses.append(trainer.last_experience.rollout.response_ids.clone())
     return {"history": history, "responses": responses, "trainer": trainer,
-            "weights": {k: v.clone() for k, v in m["policy"].state_dict().items()}}
+            "updates": {k: v - initial[k] for k, v in m["policy"].state_dict().items()}}
 
 
 def assert_same_run(got: dict, want: dict) -> None:
@@ -69,10 +72,11 @@ def assert_same_run(got: dict, want: dict) -> None:
         assert a.keys() == b.keys()
         for key in b:
             assert a[key] == pytest.approx(b[key], rel=REL, abs=ABS), (it + 1, key, a[key], b[key])
-    for key, value in want["weights"].items():
-        # Adam turns rounding-level gradient differences of near-zero gradients into steps of up to
-        # lr: the weights agree to well below lr (1e-3 here), not to the metrics' 1e-5.
-        torch.testing.assert_close(got["weights"][key], value, rtol=0, atol=1e-4)
+    # What the actor learned: Adam turns rounding-level differences in near-zero gradients into
+    # steps of up to lr on single weights, so compare the whole update, not each weight.
+    diff = torch.cat([(got["updates"][k] - v).flatten() for k, v in want["updates"].items()])
+    total = torch.cat([v.flatten() for v in want["updates"].values()])
+    assert float(diff.norm() / total.norm()) < 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +111,9 @@ def test_top_k_top_p_and_min_tokens_sample_the_same_tokens_in_both_engines():
     a = run(STRAIGHTFORWARD, "rollout.top_k=20", "rollout.top_p=0.9", "rollout.min_new_tokens=4")
     b = run(OPTIMISATIONS["all"], "rollout.top_k=20", "rollout.top_p=0.9", "rollout.min_new_tokens=4")
     assert_same_run(b, a)
+
+
+@pytest.mark.skipif(not os.environ.get("TETHER_TEST_COMPILE"),
+                    reason="torch.compile takes minutes on a CPU; set TETHER_TEST_COMPILE=1 to run")
+def test_compiled_update_gives_the_same_run(reference):
+    assert_same_run(run(["ppo.compile=true"]), reference)

@@ -6,7 +6,9 @@ norms, activations and the optimiser are not counted (they are small or memory-b
 the LM head (hidden × vocab) counts only at the positions whose log-prob PPO reads: the
 response positions. The scalar head of the critic and reward model is hidden × 1.
 
-Only real tokens count: padding is work an implementation chooses to do, not work PPO needs.
+The token counts are the caller's: :mod:`tether.bench.runner` reports the issue's convention
+(every episode as long as the batch's longest prompt plus its response: the left-padded rollout
+batch, ~330 GFLOP per update at "small") and, beside it, each episode's own real tokens.
 """
 
 from __future__ import annotations

@@ -111,7 +111,11 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         wall = time.perf_counter() - t0
         # FLOPs are linear in each episode's lengths, so the mean response length gives the exact sum.
         lengths = [stats["response/length_mean"]] * len(prompt_ids)
-        flops = iteration_flops(dims, dims, [len(p) for p in prompt_ids], lengths, epochs)
+        # The convention: every episode counts the batch's longest prompt (the rollout batch
+        # is a rectangle of left-padded prompts). "real" counts each episode's own tokens only.
+        longest = max(len(p) for p in prompt_ids)
+        flops = iteration_flops(dims, dims, [longest] * len(prompt_ids), lengths, epochs)
+        flops_real = iteration_flops(dims, dims, [len(p) for p in prompt_ids], lengths, epochs)
         phases = {name: stats.get(key, 0.0) for key, name in TIMER_KEYS.items()}
         phases["update"] = stats.get("timing/update", 0.0)
         split = phases["update_forward"] + phases["update_backward"] + phases["update_optimizer"]
@@ -120,7 +124,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                                                "timing/values", "timing/reward", "timing/advantages",
                                                "timing/update"))
         phases["other"] = max(wall - top, 0.0)
-        rows.append({"wall": wall, "phases": phases, "flops": flops,
+        rows.append({"wall": wall, "phases": phases, "flops": flops, "flops_real": flops_real,
                      "generated_tokens": sum(lengths),
                      "trained_tokens": epochs * sum(len(p) + a for p, a in zip(prompt_ids, lengths)),
                      "ratio_deviation": trainer.last_ratio_deviation,
@@ -133,6 +137,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     phase_names = list(PHASES) + ["update", "update_other", "other"]
     phases_s = {name: _median([r["phases"][name] for r in timed]) for name in phase_names}
     flops_g = {k: statistics.fmean(r["flops"][k] for r in timed) / 1e9 for k in timed[0]["flops"]}
+    flops_real_g = {k: statistics.fmean(r["flops_real"][k] for r in timed) / 1e9 for k in timed[0]["flops"]}
     report = {
         "size": size,
         "precision": precision,
@@ -143,13 +148,17 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                    "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature},
         "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},
         "iterations_s": walls,
+        "first_iteration_s": rows[0]["wall"],
         "phases_s": phases_s,
         "generated_tokens_per_s": _median([r["generated_tokens"] / max(r["phases"]["generate"], 1e-9) for r in timed]),
         "trained_tokens_per_s": _median([r["trained_tokens"] / max(r["phases"]["update"], 1e-9) for r in timed]),
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "flops_gflop": flops_g,
+        "flops_real_tokens_gflop": flops_real_g,
         "achieved_gflops": {
             "update": _median([r["flops"]["update"] / 1e9 / max(r["phases"]["update"], 1e-9) for r in timed]),
+            "update_real_tokens": _median([r["flops_real"]["update"] / 1e9 / max(r["phases"]["update"], 1e-9)
+                                           for r in timed]),
             "iteration": _median([r["flops"]["total"] / 1e9 / r["wall"] for r in timed]),
         },
         "ratio_deviation_max": max(r["ratio_deviation"] for r in rows),
@@ -162,6 +171,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         peak = matmul_peak_gflops(precision, torch.get_num_threads())
         report["matmul_peak_gflops"] = peak
         report["mfu_update"] = report["achieved_gflops"]["update"] / peak
+        report["mfu_update_real_tokens"] = report["achieved_gflops"]["update_real_tokens"] / peak
         report["mfu_iteration"] = report["achieved_gflops"]["iteration"] / peak
     return report
 

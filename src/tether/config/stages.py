@@ -169,6 +169,12 @@ class PPOAlgoConfig:
     fused_optimizer: bool = option(
         True, "AdamW's fused kernel: one pass over each parameter instead of ~10 (same update up to rounding)."
     )
+    compile: bool = option(
+        False,
+        "torch.compile the actor's and critic's trunk for the update's forward and backward (fused "
+        "elementwise kernels). Needs a C++ compiler; the first iteration pays the compilation "
+        "(minutes on a laptop CPU, cached on disk for later runs).",
+    )
     autocast: Literal["none", "bf16"] = option(
         "none",
         "Run the model forwards (sampling, scoring, update) under bf16 autocast with fp32 master "

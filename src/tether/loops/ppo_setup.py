@@ -95,9 +95,10 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
                     "and run slower than fp32.")
     engine_cls = LeanGenerationEngine if cfg.rollout.engine == "lean" else HFGenerationEngine
     return Roles(
-        actor=PolicyRole(actor_model, temperature, trainable=True, autocast=autocast, use_captured=capture),
+        actor=PolicyRole(actor_model, temperature, trainable=True, autocast=autocast, use_captured=capture,
+                         compile=cfg.ppo.compile),
         reference=PolicyRole(reference_model, temperature, trainable=False, autocast=autocast),
-        critic=CriticRole(critic_model, autocast),
+        critic=CriticRole(critic_model, autocast, compile=cfg.ppo.compile),
         reward=reward,
         tokenizer=tokenizer,
         engine=engine_cls(actor_model, tokenizer, autocast=autocast, capture=capture),

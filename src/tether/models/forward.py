@@ -13,6 +13,7 @@ fp32); the LM head and scalar heads, the log-softmax and everything after stay f
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import torch
 from torch import Tensor
@@ -63,10 +64,35 @@ def leading_padding(attention_mask: Tensor, limit: int | None = None) -> int:
     return int(real.long().argmax())
 
 
-def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: str = "none") -> Tensor:
-    """(B, T, H) final hidden states of the decoder trunk (no LM or scalar head), fp32."""
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def compiled_trunk(model):
+    """``torch.compile`` of the model's decoder trunk (shared weights), built once per model.
+
+    Dynamic shapes: one compilation serves every batch size and sequence length.
+    """
+    trunk = model.base_model
+    fn = _COMPILED.get(trunk)
+    if fn is None:
+        fn = torch.compile(trunk, dynamic=True)
+        _COMPILED[trunk] = fn
+    return fn
+
+
+def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: str = "none",
+                  compile: bool = False) -> Tensor:
+    """(B, T, H) final hidden states of the decoder trunk (no LM or scalar head), fp32.
+
+    ``compile``: run the trunk through :func:`compiled_trunk` when gradients are on (the update);
+    no-grad passes stay eager, so scoring never waits for a second compilation.
+    """
+    trunk = model.base_model
+    if compile and torch.is_grad_enabled():
+        # Contiguous inputs: a sliced batch's strides and offset would each trigger a recompilation.
+        trunk, input_ids, attention_mask = compiled_trunk(model), input_ids.contiguous(), attention_mask.contiguous()
     with autocast_context(model, autocast):
-        out = model.base_model(
+        out = trunk(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids(attention_mask),
@@ -92,6 +118,7 @@ def response_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     autocast: str = "none",
+    compile: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropies) of the response tokens.
 
@@ -102,7 +129,7 @@ def response_logprobs(
     # Keep at least the last prompt column: it predicts the first response token.
     cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
     sequences, attention_mask, num_prompt_tokens = sequences[:, cut:], attention_mask[:, cut:], num_prompt_tokens - cut
-    hidden = hidden_states(model, sequences, attention_mask, autocast)
+    hidden = hidden_states(model, sequences, attention_mask, autocast, compile)
     # Position t predicts token t+1: response token j is predicted at P - 1 + j.
     hidden = hidden[:, num_prompt_tokens - 1 : -1]
     logits = _head(model.get_output_embeddings(), hidden).float() / temperature
@@ -118,10 +145,10 @@ def scalar_outputs(model, sequences: Tensor, attention_mask: Tensor, autocast: s
 
 
 def response_values(model, sequences: Tensor, attention_mask: Tensor, num_prompt_tokens: int,
-                    autocast: str = "none") -> Tensor:
+                    autocast: str = "none", compile: bool = False) -> Tensor:
     """(B, A) the scalar head where each response token is predicted (positions P-1 .. T-2)."""
     cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
-    hidden = hidden_states(model, sequences[:, cut:], attention_mask[:, cut:], autocast)
+    hidden = hidden_states(model, sequences[:, cut:], attention_mask[:, cut:], autocast, compile)
     hidden = hidden[:, num_prompt_tokens - cut - 1 : -1]
     return _head(score_head(model), hidden).squeeze(-1).float()
 

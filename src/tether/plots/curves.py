@@ -273,6 +273,8 @@ def frontier_plot(points: Iterable[dict], out_png: str | Path, best_of_n: Iterab
                     lw=1.2, alpha=0.9, label=f"{what}: {name}")
         # every PPO point is labelled; best-of-N only at its largest n (its labels would pile up near 0)
         for p in pts if what == "PPO" else pts[-1:]:
+            if p.get("annotate") is False:
+                continue
             label = p.get("label") or (f"best-of-{p['n']}" if "n" in p else f"beta={p.get('beta')}")
             y = _num(p.get("gold_score"))
             y = _num(p.get("proxy_score")) if y is None else y

@@ -13,7 +13,7 @@ from tether.config import PPOConfig
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.errors import DataError, ModelError
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
-from tether.models.forward import bf16_native
+from tether.models.forward import bf16_native, use_fp32_attention
 from tether.roles import (
     CallableReward,
     CriticRole,
@@ -94,6 +94,10 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         log.warning("ppo.autocast=bf16 on a CPU without native bf16 (AVX512-BF16/AMX): it will be emulated "
                     "and run slower than fp32.")
     engine_cls = LeanGenerationEngine if cfg.rollout.engine == "lean" else HFGenerationEngine
+    if autocast == "bf16":
+        # bf16 SDPA is slower than fp32 SDPA on CPU (and less exact): attention stays fp32.
+        for model in (actor_model, reference_model, critic_model, *_reward_models(reward)):
+            use_fp32_attention(model)
     return Roles(
         actor=PolicyRole(actor_model, temperature, trainable=True, autocast=autocast, use_captured=capture,
                          compile=cfg.ppo.compile),
@@ -103,6 +107,14 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         tokenizer=tokenizer,
         engine=engine_cls(actor_model, tokenizer, autocast=autocast, capture=capture),
     )
+
+
+def _reward_models(reward) -> list:
+    if isinstance(reward, ModelReward):
+        return [reward.model]
+    if isinstance(reward, EnsembleReward):
+        return [m for member in reward.members for m in _reward_models(member)]
+    return []
 
 
 @dataclass

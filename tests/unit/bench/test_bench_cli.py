@@ -19,7 +19,8 @@ def test_bench_prints_valid_json(capsys):
     report = json.loads(captured.out)  # stdout is the JSON only; progress goes to stderr
     assert "iteration 2/2" in captured.err
     for key in ("iteration_s", "phases_s", "generated_tokens_per_s", "trained_tokens_per_s", "peak_rss_mb",
-                "flops_gflop", "matmul_peak_gflops", "mfu_update", "mfu_iteration", "torch_threads", "versions"):
+                "flops_gflop", "flops_real_tokens_gflop", "matmul_peak_gflops", "mfu_update",
+                "mfu_update_real_tokens", "mfu_iteration", "first_iteration_s", "torch_threads", "versions"):
         assert key in report, key
     assert set(report["iteration_s"]) == {"median", "min", "max"}
     assert report["iteration_s"]["min"] <= report["iteration_s"]["median"] <= report["iteration_s"]["max"]
@@ -29,7 +30,8 @@ def test_bench_prints_valid_json(capsys):
     assert report["phases_s"]["update_forward"] > 0 and report["phases_s"]["update_optimizer"] > 0
     assert report["config"]["optimizer_steps"] == 2
     assert report["torch_threads"] == 1
-    assert report["flops_gflop"]["update"] > 0 and report["matmul_peak_gflops"] > 0
+    assert report["flops_gflop"]["update"] >= report["flops_real_tokens_gflop"]["update"] > 0
+    assert report["matmul_peak_gflops"] > 0
     assert report["ratio_deviation_max"] < 1e-3
 
 

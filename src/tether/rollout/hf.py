@@ -26,6 +26,28 @@ def truncate_after_eos(responses: torch.Tensor, eos_id: int, pad_id: int) -> tup
     return ids, mask, ended
 
 
+def make_rollout(tok, input_ids, attention_mask, responses, prompts, logps=None, entropies=None, model=None) -> Rollout:
+    """A :class:`Rollout` from raw sampled ids (B, A): cut after EOS, decode, and attach the
+    per-step log-probs/entropies captured while sampling (lists of (B,) tensors) if given."""
+    ids, mask, ended = truncate_after_eos(responses, tok.eos_token_id, tok.pad_token_id)
+    texts = tok.batch_decode(ids, skip_special_tokens=True)
+    rollout = Rollout(
+        prompt_ids=input_ids,
+        prompt_mask=attention_mask,
+        response_ids=ids,
+        response_mask=mask,
+        ended=ended,
+        prompts=list(prompts),
+        responses=[t.strip() for t in texts],
+    )
+    if logps is not None:
+        m = mask.float()
+        rollout.sampled_logprobs = torch.stack(logps, dim=1) * m
+        rollout.sampled_entropy = torch.stack(entropies, dim=1) * m
+        rollout.sampled_by = model
+    return rollout
+
+
 class HFGenerationEngine:
     """Samples with ``model.generate``; shares the actor's weights, so syncing is free.
 
@@ -70,21 +92,11 @@ class HFGenerationEngine:
             self.model.train(was_training)
         sequences = out.sequences if capture else out
         responses = sequences[:, input_ids.shape[1]:]
-        ids, mask, ended = truncate_after_eos(responses, tok.eos_token_id, tok.pad_token_id)
-        texts = tok.batch_decode(ids, skip_special_tokens=True)
-        rollout = Rollout(
-            prompt_ids=input_ids,
-            prompt_mask=attention_mask,
-            response_ids=ids,
-            response_mask=mask,
-            ended=ended,
-            prompts=list(prompts),
-            responses=[t.strip() for t in texts],
-        )
+        steps = None
         if capture:
             steps = [step_logprobs(logits, responses[:, j], params.temperature) for j, logits in enumerate(out.logits)]
-            m = mask.float()
-            rollout.sampled_logprobs = torch.stack([lp for lp, _ in steps], dim=1) * m
-            rollout.sampled_entropy = torch.stack([ent for _, ent in steps], dim=1) * m
-            rollout.sampled_by = self.model
+        rollout = make_rollout(
+            tok, input_ids, attention_mask, responses, prompts,
+            [lp for lp, _ in steps] if capture else None, [ent for _, ent in steps] if capture else None, self.model,
+        )
         return rollout

@@ -17,7 +17,7 @@ import torch
 from tether.data import collate_left
 from tether.models.forward import autocast_context, position_ids
 from tether.rollout.base import SamplingParams
-from tether.rollout.hf import truncate_after_eos
+from tether.rollout.hf import make_rollout
 from tether.rollout.sampling import draw, filter_logits, step_logprobs
 from tether.types import Rollout
 
@@ -77,20 +77,6 @@ class LeanGenerationEngine:
         finally:
             model.train(was_training)
         responses = torch.stack(tokens, dim=1)
-        ids, resp_mask, ended = truncate_after_eos(responses, tok.eos_token_id, tok.pad_token_id)
-        texts = tok.batch_decode(ids, skip_special_tokens=True)
-        rollout = Rollout(
-            prompt_ids=input_ids,
-            prompt_mask=attention_mask,
-            response_ids=ids,
-            response_mask=resp_mask,
-            ended=ended,
-            prompts=list(prompts),
-            responses=[t.strip() for t in texts],
-        )
-        if capture:
-            m = resp_mask.float()
-            rollout.sampled_logprobs = torch.stack(logps, dim=1) * m
-            rollout.sampled_entropy = torch.stack(entropies, dim=1) * m
-            rollout.sampled_by = model
+        rollout = make_rollout(tok, input_ids, attention_mask, responses, prompts,
+                               logps if capture else None, entropies if capture else None, model)
         return rollout

@@ -133,17 +133,6 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(f.fileno())
 
 
-def save_hf_checkpoint(final: str | Path, model, tokenizer=None, meta: dict | None = None) -> Path:
-    """``save_pretrained`` of a model (and its tokenizer), written atomically."""
-
-    def write(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-
-    return atomic_write_dir(final, write, meta)
-
-
 def write_json(path: str | Path, data: dict) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")

@@ -8,7 +8,7 @@ from typing import Literal
 from tether.config.base import FLOAT32_MAX, option, section
 from tether.config.common import DataConfig, ModelConfig, OptimConfig, RunConfig
 from tether.errors import ConfigError
-from tether.eval.health import HealthConfig
+from tether.config.health import HealthConfig
 
 
 @dataclass(frozen=True)

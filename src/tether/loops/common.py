@@ -11,7 +11,27 @@ import torch
 from tqdm.auto import tqdm
 
 from tether.errors import TrainingError
-from tether.runs import MANIFEST, atomic_write_dir
+from tether.checkpoint import latest_checkpoint
+from tether.metrics import MetricsLogger
+from tether.runs import MANIFEST, atomic_write_dir, check_run_dir, seed_everything, set_threads
+
+
+def begin_run(cfg, stage: str, resume: bool) -> Path | None:
+    """Threads, seeds, a read-only check of ``run.out``; the checkpoint to resume from (or None).
+
+    Inputs are loaded and checked after this and before the run directory is touched, so bad
+    input leaves nothing behind.
+    """
+    set_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
+    return latest_checkpoint(cfg.run.out) if resume else None
+
+
+def log_data_counts(out: Path, stage: str, counts: dict) -> None:
+    """Step-0 row of ``metrics.jsonl``: how many examples were used, dropped, truncated."""
+    with MetricsLogger(out, stage) as logger:
+        logger.log(0, {f"data/{k}": v for k, v in counts.items()})
 
 
 def make_optimizer(model, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999), eps=1e-8, fused: bool = False):
@@ -76,15 +96,6 @@ class NonFiniteGuard:
         )
 
 
-def check_finite(name: str, value: torch.Tensor, where: str) -> None:
-    """Stop with a message naming the quantity and the step instead of training on NaN."""
-    if not torch.isfinite(value).all():
-        raise TrainingError(
-            f"Non-finite {name} at {where}. Lower the learning rate, check the data for "
-            "empty responses, or enable gradient clipping; no checkpoint was written."
-        )
-
-
 def grad_norm(model, max_norm: float | None) -> float:
     """Global gradient norm, clipped to ``max_norm`` when given (non-finite norms are returned as is)."""
     params = [p for p in model.parameters() if p.grad is not None]
@@ -97,12 +108,6 @@ def grad_norm(model, max_norm: float | None) -> float:
     if max_norm and not float(max_norm / (total + 1e-6)) >= 1.0:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return float(total)
-
-
-def grad_norm_and_clip(model, max_norm: float | None, where: str) -> float:
-    norm = grad_norm(model, max_norm)
-    check_finite("gradient norm", torch.tensor(norm), where)
-    return norm
 
 
 def progress(total: int, desc: str, enabled: bool):

@@ -33,7 +33,15 @@ from tether.algos import (
 )
 from tether.config import PPOConfig
 from tether.errors import TrainingError
-from tether.loops.common import NonFiniteGuard, grad_norm, make_optimizer, make_scheduler, progress, save_final
+from tether.loops.common import (
+    NonFiniteGuard,
+    begin_run,
+    grad_norm,
+    make_optimizer,
+    make_scheduler,
+    progress,
+    save_final,
+)
 from tether.loops.ppo_setup import (
     PromptSet,
     Roles,
@@ -45,7 +53,6 @@ from tether.loops.ppo_setup import (
     sampling_params,
 )
 from tether.checkpoint import (
-    latest_checkpoint,
     load_trainer_state,
     save_checkpoint,
     set_rng_state,
@@ -54,7 +61,7 @@ from tether.checkpoint import (
 )
 from tether.eval.health import HealthMonitor, append_alarms
 from tether.metrics import JsonlWriter, MetricsLogger
-from tether.runs import check_run_dir, prepare_run_dir, seed_everything, set_threads
+from tether.runs import prepare_run_dir
 from tether.types import Experience, Rollout
 
 log = logging.getLogger(__name__)
@@ -349,11 +356,7 @@ def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
     ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
     ``on_iteration(iteration, stats, trainer)`` is called after every iteration.
     """
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    # Inputs are loaded and checked before the run directory is touched: bad input leaves nothing.
-    check_run_dir(cfg.run.out, cfg, "ppo", cfg.run.overwrite, resume)
-    ckpt = latest_checkpoint(cfg.run.out) if resume else None
+    ckpt = begin_run(cfg, "ppo", resume)
     roles = build_roles(cfg, ckpt)
     prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, roles.tokenizer, cfg.model.chat_template, cfg.rollout.max_prompt_length)
     evaluator = build_evaluator(cfg, roles)

@@ -17,14 +17,13 @@ from tether.algos import bradley_terry_loss
 from tether.config import RewardModelConfig
 from tether.data import collate_right, load_records, preference_examples, tokenize_preference
 from tether.errors import DataError
-from tether.checkpoint import latest_checkpoint
-from tether.loops.common import save_final, steps_for
+from tether.loops.common import begin_run, log_data_counts, save_final, steps_for
 from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.loops.sft import split_holdout
 from tether.metrics import MetricsLogger
 from tether.models import load_scalar_model, load_tokenizer
 from tether.models.forward import last_token_scores
-from tether.runs import check_run_dir, prepare_run_dir, seed_everything, set_threads
+from tether.runs import prepare_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +110,7 @@ def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: flo
 
 def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    # Inputs are loaded and checked before the run directory is touched: bad input leaves nothing.
-    check_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume)
-    ckpt = latest_checkpoint(cfg.run.out) if resume else None
+    ckpt = begin_run(cfg, "rm", resume)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
     train, margins, evals, counts = load_pairs(cfg, tokenizer)
     model = load_scalar_model(
@@ -127,9 +122,7 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume=ckpt is not None)
     total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     if ckpt is None:
-        with MetricsLogger(out, "rm") as logger:
-            logger.log(0, {"data/train_pairs": len(train), "data/eval_pairs": len(evals),
-                           **{f"data/{k}": v for k, v in counts.items()}})
+        log_data_counts(out, "rm", {"train_pairs": len(train), "eval_pairs": len(evals), **counts})
     pad = tokenizer.pad_token_id
     index = list(range(len(train)))
 

@@ -16,13 +16,11 @@ from tether.algos import sft_loss, token_logprobs
 from tether.config import SFTConfig
 from tether.data import collate_right, load_records, sft_examples, tokenize_sft
 from tether.errors import DataError
-from tether.checkpoint import latest_checkpoint
-from tether.loops.common import save_final, steps_for
+from tether.loops.common import begin_run, log_data_counts, save_final, steps_for
 from tether.loops.supervised import SupervisedJob, train_supervised
-from tether.metrics import MetricsLogger
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.forward import position_ids
-from tether.runs import check_run_dir, prepare_run_dir, seed_everything, set_threads
+from tether.runs import prepare_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +91,7 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
 
     ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
     """
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    # Inputs are loaded and checked before the run directory is touched: bad input leaves nothing.
-    check_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume)
-    ckpt = latest_checkpoint(cfg.run.out) if resume else None
+    ckpt = begin_run(cfg, "sft", resume)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
     train, evals, counts = load_sft_data(cfg, tokenizer)
     model = load_causal_lm(
@@ -107,9 +101,7 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None)
     total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     if ckpt is None:
-        with MetricsLogger(out, "sft") as logger:
-            logger.log(0, {"data/train_examples": len(train), "data/eval_examples": len(evals),
-                           **{f"data/{k}": v for k, v in counts.items()}})
+        log_data_counts(out, "sft", {"train_examples": len(train), "eval_examples": len(evals), **counts})
     pad = tokenizer.pad_token_id
 
     def loss(items, weight):

@@ -8,7 +8,6 @@ The reward model's normalisation offset travels in its ``config.json`` as ``scor
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import torch

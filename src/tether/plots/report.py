@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.errors import TetherError
-from tether.plots.curves import best_of_n_plot, frontier_plot, metric_panels, training_curves
+from tether.plots.curves import _num, best_of_n_plot, frontier_plot, metric_panels, training_curves
 
 REPORT_NAME = "report.html"
 LEVEL_ORDER = {"alarm": 0, "warning": 1, "info": 2}
@@ -121,16 +121,6 @@ how far the reward model can be trusted at that distance from SFT.</div>
 
 
 # -- reading --------------------------------------------------------------------------------
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
 def _read_jsonl(path: Path) -> list[dict]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -288,36 +278,31 @@ def _window_mean(rows: list[dict], key: str, last: bool, n: int = 5) -> float | 
     return sum(part) / len(part)
 
 
+# (label, metric, unit, what healthy looks like) of the headline table's start/end rows.
+HEADLINE_METRICS = (
+    ("score (trained on)", "objective/score", "", "slow rise is healthy (ref. 004)"),
+    ("RM score (raw)", "objective/score_raw", "", ""),
+    ("KL to reference", "objective/kl", "nats/resp.",
+     "ref. 003: <1 barely moved, 2-6 healthy, >10 drifting, >20 catastrophic"),
+    ("beta (KL coefficient)", "objective/kl_coef", "", ""),
+    ("entropy", "objective/entropy", "nats/token", "slowly decreasing, not collapsed"),
+    ("response length", "response/length_mean", "tokens", "stable; no spike with reward"),
+    ("repeated-bigram rate", "response/repetition", "", "stable"),
+    ("EOS rate", "response/eos_rate", "", "near 1 when answers fit the cap"),
+    ("value loss", "ppo/val/loss", "", "controlled, not exploding"),
+    ("policy clip fraction", "ppo/policy/clipfrac", "", "some clipping; not ~0, not persistently high"),
+)
+
+
 def _headline(ppo: list[dict], alarms: list[dict], summary: Any, config: dict) -> str:
     rows: list[list[Any]] = []
 
-    def add(label, start, end, unit, note):
-        if start is None and end is None:
-            return
-        rows.append([label, start, end, unit, note])
-
     if ppo:
         rows.append(["PPO iterations logged", None, int(ppo[-1]["step"]), "", ""])
-        add("score (trained on)", _window_mean(ppo, "objective/score", False), _window_mean(ppo, "objective/score", True),
-            "", "slow rise is healthy (ref. 004)")
-        add("RM score (raw)", _window_mean(ppo, "objective/score_raw", False), _window_mean(ppo, "objective/score_raw", True),
-            "", "")
-        add("KL to reference", _window_mean(ppo, "objective/kl", False), _window_mean(ppo, "objective/kl", True),
-            "nats/resp.", "ref. 003: <1 barely moved, 2-6 healthy, >10 drifting, >20 catastrophic")
-        add("beta (KL coefficient)", _window_mean(ppo, "objective/kl_coef", False),
-            _window_mean(ppo, "objective/kl_coef", True), "", "")
-        add("entropy", _window_mean(ppo, "objective/entropy", False), _window_mean(ppo, "objective/entropy", True),
-            "nats/token", "slowly decreasing, not collapsed")
-        add("response length", _window_mean(ppo, "response/length_mean", False),
-            _window_mean(ppo, "response/length_mean", True), "tokens", "stable; no spike with reward")
-        add("repeated-bigram rate", _window_mean(ppo, "response/repetition", False),
-            _window_mean(ppo, "response/repetition", True), "", "stable")
-        add("EOS rate", _window_mean(ppo, "response/eos_rate", False), _window_mean(ppo, "response/eos_rate", True),
-            "", "near 1 when answers fit the cap")
-        add("value loss", _window_mean(ppo, "ppo/val/loss", False), _window_mean(ppo, "ppo/val/loss", True),
-            "", "controlled, not exploding")
-        add("policy clip fraction", _window_mean(ppo, "ppo/policy/clipfrac", False),
-            _window_mean(ppo, "ppo/policy/clipfrac", True), "", "some clipping; not ~0, not persistently high")
+        for label, key, unit, note in HEADLINE_METRICS:
+            start, end = _window_mean(ppo, key, False), _window_mean(ppo, key, True)
+            if start is not None or end is not None:
+                rows.append([label, start, end, unit, note])
         t = [v for v in (_num(r.get("timing/iteration")) for r in ppo) if v is not None]
         if t:
             rows.append(["time per iteration (median)", None, statistics.median(t), "s", ""])

@@ -264,17 +264,14 @@ def test_config_block_and_validation() -> None:
                           "eos_collapse"}
 
 
-def test_local_option_matches_config_option() -> None:
+def test_health_config_is_the_config_block() -> None:
     import dataclasses
 
-    from tether.config.base import option as config_option
-    from tether.eval import health
+    from tether.config.health import HealthConfig as ConfigBlock
+    from tether.config.stages import PPOConfig
 
-    for args, kw in (((1.0, "h"), {"ge": 0}), ((None, "x"), {"choices": ("a",), "lt": 2, "gt": 0, "le": 1}),
-                     ((), {"factory": list, "help": "l"})):
-        ours, theirs = health.option(*args, **kw), config_option(*args, **kw)
-        assert dict(ours.metadata) == dict(theirs.metadata)
-        assert ours.default == theirs.default and ours.default_factory == theirs.default_factory
+    assert HealthConfig is ConfigBlock
+    assert isinstance(PPOConfig().health, HealthConfig)
     fields = {f.name: f for f in dataclasses.fields(HealthConfig)}
     assert fields["kl_drift"].metadata["gt"] == 0 and fields["kl_drift"].metadata["help"]
 

@@ -115,5 +115,6 @@ def test_top_k_top_p_and_min_tokens_sample_the_same_tokens_in_both_engines():
 
 @pytest.mark.skipif(not os.environ.get("TETHER_TEST_COMPILE"),
                     reason="torch.compile takes minutes on a CPU; set TETHER_TEST_COMPILE=1 to run")
-def test_compiled_update_gives_the_same_run(reference):
-    assert_same_run(run(["ppo.compile=true"]), reference)
+@pytest.mark.parametrize("mode", ["default", "max-autotune"])
+def test_compiled_update_gives_the_same_run(reference, mode):
+    assert_same_run(run(["ppo.compile=true", f"ppo.compile_mode={mode}"]), reference)

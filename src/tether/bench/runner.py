@@ -20,6 +20,7 @@ import torch
 
 from tether.bench.flops import iteration_flops
 from tether.bench.peak import bf16_supported, matmul_peak_gflops
+from tether.bench.profile import profiled_update, summarize_ops
 from tether.bench.setup import SIZES, build_setup
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,13 @@ def peak_rss_mb() -> float:
 
 def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, response_length: int = 32,
               epochs: int = 4, threads: int = 0, iterations: int = 8, seed: int = 0,
-              measure_peak: bool = True, overrides: list[str] = (), trainer_hook=None) -> dict:
-    """Run ``iterations`` PPO iterations at ``size`` and return the report (a JSON-able dict)."""
+              measure_peak: bool = True, overrides: list[str] = (), trainer_hook=None,
+              profile: bool = False) -> dict:
+    """Run ``iterations`` PPO iterations at ``size`` and return the report (a JSON-able dict).
+
+    ``profile``: run one more iteration (not timed) with its update under ``torch.profiler`` and
+    add ``profile`` (matmul seconds and GFLOP/s, non-matmul seconds, top operators).
+    """
     from tether.config import PPOConfig, load_config
     from tether.loops.ppo import PPOTrainer
     from tether.loops.ppo_setup import make_roles
@@ -167,13 +173,66 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         "cpu": {"capability": torch.backends.cpu.get_cpu_capability(), "bf16_native": bf16_supported(),
                 "load_avg_1m": _load()},
     }
+    if profile:
+        sink: dict = {}
+        with profiled_update(trainer, sink):
+            trainer.step()
+        report["profile"] = summarize_ops(sink["ops"], sink["update_s"], flops_g["update"])
     if measure_peak:
         peak = matmul_peak_gflops(precision, torch.get_num_threads())
         report["matmul_peak_gflops"] = peak
         report["mfu_update"] = report["achieved_gflops"]["update"] / peak
         report["mfu_update_real_tokens"] = report["achieved_gflops"]["update_real_tokens"] / peak
         report["mfu_iteration"] = report["achieved_gflops"]["iteration"] / peak
+        if profile:
+            report["profile"]["matmul_fraction_of_peak"] = report["profile"]["matmul_gflops"] / peak
     return report
+
+
+def combine_runs(reports: list[dict]) -> dict:
+    """One report from several runs of :func:`run_bench` with the same settings.
+
+    ``iteration_s.median`` is the median of the runs' medians (min/max over every timed
+    iteration of every run); phases, achieved GFLOP/s, the matmul peak and the MFUs are the
+    medians over runs; ``runs`` keeps each run's own numbers.
+    """
+    if len(reports) == 1:
+        return {**reports[0], "runs": [_run_digest(reports[0])]}
+    out = dict(reports[-1])
+    out["iteration_s"] = {
+        "median": statistics.median(r["iteration_s"]["median"] for r in reports),
+        "min": min(r["iteration_s"]["min"] for r in reports),
+        "max": max(r["iteration_s"]["max"] for r in reports),
+    }
+    out["iterations_s"] = [w for r in reports for w in r["iterations_s"]]
+    out["phases_s"] = {k: statistics.median(r["phases_s"][k] for r in reports) for k in reports[0]["phases_s"]}
+    out["achieved_gflops"] = {k: statistics.median(r["achieved_gflops"][k] for r in reports)
+                              for k in reports[0]["achieved_gflops"]}
+    for key in ("generated_tokens_per_s", "trained_tokens_per_s", "matmul_peak_gflops", "mfu_update",
+                "mfu_update_real_tokens", "mfu_iteration", "first_iteration_s"):
+        if key in reports[0]:
+            out[key] = statistics.median(r[key] for r in reports)
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in reports)
+    out["ratio_deviation_max"] = max(r["ratio_deviation_max"] for r in reports)
+    out["runs"] = [_run_digest(r) for r in reports]
+    return out
+
+
+def _run_digest(report: dict) -> dict:
+    keys = ("iteration_s", "phases_s", "matmul_peak_gflops", "mfu_update", "profile")
+    return {k: report[k] for k in keys if k in report} | {"load_avg_1m": report["cpu"]["load_avg_1m"]}
+
+
+def run_repeated(repeats: int, **kwargs) -> dict:
+    """:func:`run_bench` ``repeats`` times (fresh models each time) and :func:`combine_runs`."""
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    reports = []
+    for k in range(repeats):
+        if repeats > 1:
+            print(f"[bench] run {k + 1}/{repeats}", file=sys.stderr, flush=True)
+        reports.append(run_bench(**kwargs))
+    return combine_runs(reports)
 
 
 def _load() -> float | None:
@@ -190,17 +249,21 @@ SCALING_BATCHES = (16, 32, 64)
 
 
 def run_scaling(size: str, precision: str, epochs: int, threads: int, iterations: int = 3,
-                lengths=SCALING_LENGTHS, batches=SCALING_BATCHES, overrides: list[str] = ()) -> dict:
+                lengths=SCALING_LENGTHS, batches=SCALING_BATCHES, overrides: list[str] = (), repeats: int = 1) -> dict:
     """Seconds per iteration as the response length (batch 16) and the batch (32 tokens) grow.
 
     Minibatches stay two per epoch, so the optimiser steps are the same and only the tokens grow.
+    Each point is the median over ``repeats`` runs.
     """
-    out = {"size": size, "precision": precision, "iterations": iterations, "response_length": {}, "batch": {}}
+    out = {"size": size, "precision": precision, "iterations": iterations, "repeats": repeats,
+           "response_length": {}, "batch": {}}
     for a in lengths:
-        r = run_bench(size, precision, 16, a, epochs, threads, iterations, measure_peak=False, overrides=overrides)
+        r = run_repeated(repeats, size=size, precision=precision, batch=16, response_length=a, epochs=epochs,
+                         threads=threads, iterations=iterations, measure_peak=False, overrides=overrides)
         out["response_length"][str(a)] = {"iteration_s": r["iteration_s"]["median"], "phases_s": r["phases_s"]}
     for b in batches:
-        r = run_bench(size, precision, b, 32, epochs, threads, iterations, measure_peak=False, overrides=overrides)
+        r = run_repeated(repeats, size=size, precision=precision, batch=b, response_length=32, epochs=epochs,
+                         threads=threads, iterations=iterations, measure_peak=False, overrides=overrides)
         out["batch"][str(b)] = {"iteration_s": r["iteration_s"]["median"], "phases_s": r["phases_s"]}
     first = out["response_length"].get(str(lengths[0]), {}).get("iteration_s")
     if first:

@@ -25,6 +25,10 @@ def register(sub) -> None:
     p.add_argument("--iterations", type=int, default=8, help="Iterations; the first is a warm-up.")
     p.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default.")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="Run the benchmark this many times (fresh models each) and report medians over runs.")
+    p.add_argument("--profile", action="store_true",
+                   help="One extra iteration with the update under torch.profiler: matmul vs other seconds.")
     p.add_argument("--no-peak", action="store_true", help="Skip measuring the matmul peak (no MFU).")
     p.add_argument("--scaling", action="store_true",
                    help="Seconds/iteration for response lengths 32/64/128/256 and batches 16/32/64.")
@@ -34,14 +38,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from tether.bench.runner import run_bench, run_scaling
+    from tether.bench.runner import run_repeated, run_scaling
 
     if args.scaling:
         report = run_scaling(args.size, args.precision, args.epochs, args.threads, args.scaling_iterations,
-                             overrides=args.overrides)
+                             overrides=args.overrides, repeats=args.repeat)
     else:
-        report = run_bench(args.size, args.precision, args.batch, args.response_length, args.epochs,
-                           args.threads, args.iterations, args.seed, measure_peak=not args.no_peak,
-                           overrides=args.overrides)
+        report = run_repeated(args.repeat, size=args.size, precision=args.precision, batch=args.batch,
+                              response_length=args.response_length, epochs=args.epochs, threads=args.threads,
+                              iterations=args.iterations, seed=args.seed, measure_peak=not args.no_peak,
+                              overrides=args.overrides, profile=args.profile)
     print(json.dumps(report, indent=2))
     return 0

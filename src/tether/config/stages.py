@@ -140,7 +140,11 @@ class KLConfig:
     horizon: int = option(10000, "Adaptive: horizon in episodes.", ge=1)
 
 
-BF16_RATIO_TOLERANCE = 2e-2
+# bf16 rounding moves a trained model's logits by a few hundredths: on the demo task the largest
+# token ratio between the captured (decode-time) and a fresh bf16 forward is 2-5e-2 every
+# iteration (measured, 100 iterations). The bugs this check catches (wrong temperature,
+# positions, dropout) move ratios by O(1).
+BF16_RATIO_TOLERANCE = 1e-1
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,12 @@ class PPOAlgoConfig:
         "elementwise kernels). Needs a C++ compiler; the first iteration pays the compilation "
         "(minutes on a laptop CPU, cached on disk for later runs).",
     )
+    compile_mode: Literal["default", "max-autotune"] = option(
+        "default",
+        "With ppo.compile: 'default' fuses the elementwise ops; 'max-autotune' also lets inductor time "
+        "its own GEMM kernels against ATen's and keep the faster (longer first compilation; on the "
+        "2-core bench CPU it measured no faster than 'default', GPUs may differ).",
+    )
     autocast: Literal["none", "bf16"] = option(
         "none",
         "Run the model forwards (sampling, scoring, update) under bf16 autocast with fp32 master "
@@ -183,8 +193,8 @@ class PPOAlgoConfig:
     )
     ratio_tolerance: float = option(
         1e-3,
-        "Invariant: |ratio - 1| on the first minibatch must stay below this (at least 2e-2 under "
-        "ppo.autocast=bf16, whose rounding alone moves log-probs by ~1e-3..1e-2).",
+        "Invariant: |ratio - 1| on the first minibatch must stay below this (at least 0.1 under "
+        "ppo.autocast=bf16, whose rounding alone moves a trained model's ratios by 2-5e-2).",
         gt=0,
     )
     on_invariant: Literal["warn", "error"] = option(

@@ -94,15 +94,16 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         log.warning("ppo.autocast=bf16 on a CPU without native bf16 (AVX512-BF16/AMX): it will be emulated "
                     "and run slower than fp32.")
     engine_cls = LeanGenerationEngine if cfg.rollout.engine == "lean" else HFGenerationEngine
+    compile = cfg.ppo.compile_mode if cfg.ppo.compile else False
     if autocast == "bf16":
         # bf16 SDPA is slower than fp32 SDPA on CPU (and less exact): attention stays fp32.
         for model in (actor_model, reference_model, critic_model, *_reward_models(reward)):
             use_fp32_attention(model)
     return Roles(
         actor=PolicyRole(actor_model, temperature, trainable=True, autocast=autocast, use_captured=capture,
-                         compile=cfg.ppo.compile),
+                         compile=compile),
         reference=PolicyRole(reference_model, temperature, trainable=False, autocast=autocast),
-        critic=CriticRole(critic_model, autocast, compile=cfg.ppo.compile),
+        critic=CriticRole(critic_model, autocast, compile=compile),
         reward=reward,
         tokenizer=tokenizer,
         engine=engine_cls(actor_model, tokenizer, autocast=autocast, capture=capture),

@@ -107,30 +107,38 @@ def leading_padding(attention_mask: Tensor, limit: int | None = None) -> int:
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def compiled_trunk(model):
-    """``torch.compile`` of the model's decoder trunk (shared weights), built once per model.
+COMPILE_MODES = {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}
+
+
+def compiled_trunk(model, mode: str = "default"):
+    """``torch.compile`` of the model's decoder trunk (shared weights), built once per model and mode.
 
     Dynamic shapes: one compilation serves every batch size and sequence length.
+    ``mode="max-autotune"``: inductor also benchmarks its own GEMM kernels against ATen's and keeps
+    the faster (on CPU, C++ GEMM templates; longer compilation). No CUDA graphs either way.
     """
     trunk = model.base_model
-    fn = _COMPILED.get(trunk)
+    cache = _COMPILED.setdefault(trunk, {})
+    fn = cache.get(mode)
     if fn is None:
-        fn = torch.compile(trunk, dynamic=True)
-        _COMPILED[trunk] = fn
+        fn = torch.compile(trunk, dynamic=True, mode=COMPILE_MODES[mode])
+        cache[mode] = fn
     return fn
 
 
 def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: str = "none",
-                  compile: bool = False) -> Tensor:
+                  compile: bool | str = False) -> Tensor:
     """(B, T, H) final hidden states of the decoder trunk (no LM or scalar head), fp32.
 
     ``compile``: run the trunk through :func:`compiled_trunk` when gradients are on (the update);
-    no-grad passes stay eager, so scoring never waits for a second compilation.
+    no-grad passes stay eager, so scoring never waits for a second compilation. ``True`` or a
+    mode of :data:`COMPILE_MODES`.
     """
     trunk = model.base_model
     if compile and torch.is_grad_enabled():
         # Contiguous inputs: a sliced batch's strides and offset would each trigger a recompilation.
-        trunk, input_ids, attention_mask = compiled_trunk(model), input_ids.contiguous(), attention_mask.contiguous()
+        mode = compile if isinstance(compile, str) else "default"
+        trunk, input_ids, attention_mask = compiled_trunk(model, mode), input_ids.contiguous(), attention_mask.contiguous()
     with autocast_context(model, autocast):
         out = trunk(
             input_ids=input_ids,
@@ -158,7 +166,7 @@ def response_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     autocast: str = "none",
-    compile: bool = False,
+    compile: bool | str = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropies) of the response tokens.
 
@@ -185,7 +193,7 @@ def scalar_outputs(model, sequences: Tensor, attention_mask: Tensor, autocast: s
 
 
 def response_values(model, sequences: Tensor, attention_mask: Tensor, num_prompt_tokens: int,
-                    autocast: str = "none", compile: bool = False) -> Tensor:
+                    autocast: str = "none", compile: bool | str = False) -> Tensor:
     """(B, A) the scalar head where each response token is predicted (positions P-1 .. T-2)."""
     cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
     hidden = hidden_states(model, sequences[:, cut:], attention_mask[:, cut:], autocast, compile)

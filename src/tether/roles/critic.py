@@ -12,7 +12,7 @@ from tether.types import Rollout
 class CriticRole:
     """V(s_t) is read where token t is predicted: the position before it (like the log-probs)."""
 
-    def __init__(self, model, autocast: str = "none", compile: bool = False):
+    def __init__(self, model, autocast: str = "none", compile: bool | str = False):
         self.model = model
         self.autocast = autocast
         self.compile = compile

@@ -15,11 +15,12 @@ class PolicyRole:
     ``autocast``: "bf16" runs the trunk under bf16 autocast (fp32 weights, fp32 head and log-softmax).
     ``use_captured``: the rollout-time log-probs come from the sampling pass when this model sampled
     the rollout (no second forward); PPO's first-minibatch ratio check verifies they agree.
-    ``compile``: the gradient (update) pass runs a ``torch.compile``d trunk.
+    ``compile``: the gradient (update) pass runs a ``torch.compile``d trunk (True or a mode of
+    :data:`tether.models.forward.COMPILE_MODES`).
     """
 
     def __init__(self, model, temperature: float, trainable: bool, autocast: str = "none",
-                 use_captured: bool = False, compile: bool = False):
+                 use_captured: bool = False, compile: bool | str = False):
         self.model = model
         self.compile = compile
         self.temperature = temperature

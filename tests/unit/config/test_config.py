@@ -339,3 +339,14 @@ def test_unknown_key_is_reported_before_bad_values():
     # A typo deep in the tree is named even when an earlier sibling's value is also wrong.
     msg = error_of(load_config, SFTConfig, None, ["optim.lr=-1", "run.seeed=1", *SFT_MIN])
     assert "'run.seeed'" in msg and "'run.seed'" in msg
+
+
+def test_ratio_tolerance_is_raised_to_bf16_rounding_level_only_under_autocast():
+    from tether.config import PPOConfig, load_config
+
+    fp32 = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.001"])
+    bf16 = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.001", "ppo.autocast=bf16"])
+    loose = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.3", "ppo.autocast=bf16"])
+    assert fp32.ppo.effective_ratio_tolerance == 0.001
+    assert bf16.ppo.effective_ratio_tolerance == 0.1
+    assert loose.ppo.effective_ratio_tolerance == 0.3

@@ -1,0 +1,38 @@
+"""The update profile's arithmetic, on hand-made operator times."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tether.bench.profile import summarize_ops
+
+
+def test_summarize_ops_splits_matmul_from_the_rest():
+    ops = {"aten::mm": 2.0, "aten::bmm": 0.5, "aten::mul": 0.7, "aten::_fused_adamw_": 0.3}
+    out = summarize_ops(ops, update_s=4.0, update_gflop=250.0, top=2)
+    assert out["matmul_s"] == 2.5
+    assert out["matmul_gflops"] == 100.0  # 250 GFLOP in 2.5 s of matmul kernels
+    assert out["non_matmul_s"] == 1.5
+    assert out["matmul_share"] == 0.625
+    assert out["top_ops_s"] == {"aten::mm": 2.0, "aten::mul": 0.7}
+
+
+def test_summarize_ops_without_matmuls_has_no_rate():
+    out = summarize_ops({"aten::mul": 1.0}, update_s=1.0, update_gflop=5.0)
+    assert out["matmul_s"] == 0 and math.isnan(out["matmul_gflops"])
+
+
+@pytest.mark.slow
+def test_bench_profile_reports_matmul_time(capsys):
+    import json
+
+    from tether.cli import main
+
+    assert main(["bench", "--size", "micro", "--iterations", "2", "--threads", "1", "--batch", "4",
+                 "--response-length", "4", "--epochs", "1", "--profile"]) == 0
+    prof = json.loads(capsys.readouterr().out)["profile"]
+    assert 0 < prof["matmul_s"] < prof["update_s"]
+    assert prof["matmul_gflops"] > 0 and 0 < prof["matmul_fraction_of_peak"]
+    assert "aten::mm" in prof["top_ops_s"] or "aten::addmm" in prof["top_ops_s"]

@@ -4,7 +4,7 @@ Every point is one `tether bench` subprocess (fresh process: no warm cache from 
 except inductor's on-disk compile cache), its JSON kept in --out. Variants:
 
     fp32            the defaults (eager)
-    fp32+compile    ppo.compile=true (ppo.compile_mode=max-autotune)
+    fp32+compile    ppo.compile=true ppo.compile_mode=max-autotune (as docs/performance.md's table)
     bf16            ppo.autocast=bf16
     bf16+compile    both
     ablation:NAME   fp32 with one default optimisation switched off (small only)
@@ -29,9 +29,9 @@ TARGET_BF16 = {"small": 1.7, "medium": 3.3}
 
 VARIANTS = {
     "fp32": ("fp32", []),
-    "fp32+compile": ("fp32", ["ppo.compile=true"]),
+    "fp32+compile": ("fp32", ["ppo.compile=true", "ppo.compile_mode=max-autotune"]),
     "bf16": ("bf16", []),
-    "bf16+compile": ("bf16", ["ppo.compile=true"]),
+    "bf16+compile": ("bf16", ["ppo.compile=true", "ppo.compile_mode=max-autotune"]),
 }
 ABLATIONS = {
     "hf_generate": ["rollout.engine=hf"],
@@ -65,8 +65,8 @@ def table(out: Path) -> str:
     rows = ["| size | variant | s/iteration (median of runs) | runs' medians | TRL 1.12 fp32 | target | "
             "× TRL | generate | update | mfu_update | matmul GFLOP/s in update (share) | peak | first iteration |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for path in sorted(out.glob("*.json"), key=lambda p: (["tiny", "small", "medium"].index(p.stem.split("_")[0])
-                                                          if p.stem.split("_")[0] in TRL_FP32 else 9, p.stem)):
+    sizes = list(TRL_FP32)
+    for path in sorted(out.glob("*.json"), key=lambda p: (sizes.index(p.stem.split("_")[0]), p.stem)):
         r = json.loads(path.read_text())
         size, name = path.stem.split("_", 1)
         target = (TARGET_BF16 if name.startswith("bf16") else TARGET_FP32).get(size)

@@ -1,13 +1,15 @@
 """Where the update's time goes: matmul kernels versus everything else, from ``torch.profiler``.
 
 The MFU of the update is the product of two factors: how fast the matmul kernels themselves
-run at the model's shapes, and which fraction of the update they occupy. ``profile_update``
-runs one more PPO iteration with the update under the profiler and reports both, plus the
-operators that take the most self time, so the gap to a target can be read off directly.
+run at the model's shapes, and which fraction of the update they occupy. While
+:func:`profiled_update` is active the trainer's update runs under the profiler, and
+:func:`summarize_ops` reports both factors plus the operators with the most self time, so the
+gap to a target can be read off directly.
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::_mkldnn_matmul",
@@ -35,8 +37,6 @@ def summarize_ops(ops: dict[str, float], update_s: float, update_gflop: float, t
 @contextmanager
 def profiled_update(trainer, sink: dict):
     """While active, ``trainer.update`` runs under ``torch.profiler``; self times land in ``sink``."""
-    import time
-
     from torch.profiler import ProfilerActivity, profile
 
     original = trainer.update

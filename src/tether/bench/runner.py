@@ -196,8 +196,6 @@ def combine_runs(reports: list[dict]) -> dict:
     iteration of every run); phases, achieved GFLOP/s, the matmul peak and the MFUs are the
     medians over runs; ``runs`` keeps each run's own numbers.
     """
-    if len(reports) == 1:
-        return {**reports[0], "runs": [_run_digest(reports[0])]}
     out = dict(reports[-1])
     out["iteration_s"] = {
         "median": statistics.median(r["iteration_s"]["median"] for r in reports),

@@ -57,6 +57,7 @@ from typing import Any
 
 from tether.errors import TetherError
 from tether.plots.curves import _num, best_of_n_plot, frontier_plot, metric_panels, training_curves
+from tether.plots.run_files import locate, read_json, read_jsonl, read_yaml
 
 REPORT_NAME = "report.html"
 LEVEL_ORDER = {"alarm": 0, "warning": 1, "info": 2}
@@ -118,71 +119,6 @@ BON_NOTE = """
 reward model's favourite is kept. The proxy score can only rise with N; whether the gold score follows tells
 how far the reward model can be trusted at that distance from SFT.</div>
 """
-
-
-# -- reading --------------------------------------------------------------------------------
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash mid-write: skip it, keep the rest
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
-def _read_json(path: Path | None) -> Any:
-    if path is None:
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _read_yaml(path: Path | None) -> dict:
-    if path is None:
-        return {}
-    try:
-        import yaml
-
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except Exception:  # noqa: BLE001 - a broken config must not stop the report
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def locate(run_dir: str | Path) -> dict[str, Any]:
-    """Which files of a run or demo directory the report will read: name -> Path (or None)."""
-    root = Path(run_dir)
-    if not root.is_dir():
-        raise TetherError(f"'{root}' is not a directory: give a run directory (with metrics.jsonl) or a demo "
-                          "directory (with ppo/metrics.jsonl).")
-    search = [root, root / "ppo"]
-
-    def first(name: str) -> Path | None:
-        for d in search:
-            if (d / name).is_file():
-                return d / name
-        return None
-
-    metrics = first("metrics.jsonl")
-    found = {
-        "root": root,
-        "demo": (root / "ppo").is_dir() and ((root / "sft").is_dir() or (root / "summary.json").is_file()),
-        "metrics": metrics,
-        "config": (metrics.parent / "config.yaml") if metrics and (metrics.parent / "config.yaml").is_file() else None,
-    }
-    for name in ("alarms.jsonl", "samples.jsonl", "summary.json", "eval.json", "frontier.json", "best_of_n.json"):
-        found[name.split(".")[0]] = first(name)
-    found["sft_metrics"] = root / "sft" / "metrics.jsonl" if (root / "sft" / "metrics.jsonl").is_file() else None
-    found["rm_metrics"] = root / "rm" / "metrics.jsonl" if (root / "rm" / "metrics.jsonl").is_file() else None
-    return found
 
 
 # -- HTML helpers -----------------------------------------------------------------------------
@@ -417,15 +353,15 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     if files["metrics"] is None:
         raise TetherError(f"'{root}' has no metrics.jsonl (looked in {root} and {root / 'ppo'}): give the run "
                           "directory of `tether ppo` or the DIR of `tether demo`.")
-    all_rows = _read_jsonl(files["metrics"])
+    all_rows = read_jsonl(files["metrics"])
     ppo = _ppo_rows(all_rows)
-    alarms = _read_jsonl(files["alarms"]) if files["alarms"] else None
-    samples = _read_jsonl(files["samples"]) if files["samples"] else None
-    summary = _read_json(files["summary"])
-    evaluation = _read_json(files["eval"])
-    frontier = _read_json(files["frontier"])
-    bon_data = _read_json(files["best_of_n"])
-    config = _read_yaml(files["config"])
+    alarms = read_jsonl(files["alarms"]) if files["alarms"] else None
+    samples = read_jsonl(files["samples"]) if files["samples"] else None
+    summary = read_json(files["summary"])
+    evaluation = read_json(files["eval"])
+    frontier = read_json(files["frontier"])
+    bon_data = read_json(files["best_of_n"])
+    config = read_yaml(files["config"])
 
     parts: list[str] = []
     toc: list[tuple[str, str]] = []
@@ -476,12 +412,12 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
             section("best-of-n", "Best-of-N", body)
         stage_parts = []
         if files["sft_metrics"]:
-            rows = [r for r in _read_jsonl(files["sft_metrics"]) if r.get("stage", "sft") == "sft"]
+            rows = [r for r in read_jsonl(files["sft_metrics"]) if r.get("stage", "sft") == "sft"]
             png = metric_panels(rows, [("SFT loss (response tokens)", ["train/loss", "eval/loss"])], tmp / "sft.png")
             stage_parts.append("<h3>SFT</h3><p>Cross-entropy on response tokens; the held-out loss should fall and "
                                "flatten without rising again (over-fitting).</p>" + _img(png, "SFT curves"))
         if files["rm_metrics"]:
-            rows = [r for r in _read_jsonl(files["rm_metrics"]) if r.get("stage", "rm") == "rm"]
+            rows = [r for r in read_jsonl(files["rm_metrics"]) if r.get("stage", "rm") == "rm"]
             png = metric_panels(rows, [("Bradley-Terry loss", ["train/loss", "eval/loss"]),
                                        ("pairwise accuracy", ["train/accuracy", "eval/accuracy"]),
                                        ("held-out margin r_c - r_r", ["eval/margin"])], tmp / "rm.png")

@@ -22,7 +22,8 @@ from tether.loops.ppo_setup import make_roles
 pytestmark = pytest.mark.slow
 
 ITERATIONS = 3
-STRAIGHTFORWARD = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false"]
+STRAIGHTFORWARD = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
+                   "ppo.parallel_roles=false"]
 OPTIMISATIONS = {
     "lean_engine": ["rollout.engine=lean", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false"],
     "captured_logprobs": ["rollout.engine=hf", "rollout.capture_logprobs=true", "ppo.fused_optimizer=false"],
@@ -111,6 +112,18 @@ def test_top_k_top_p_and_min_tokens_sample_the_same_tokens_in_both_engines():
     a = run(STRAIGHTFORWARD, "rollout.top_k=20", "rollout.top_p=0.9", "rollout.min_new_tokens=4")
     b = run(OPTIMISATIONS["all"], "rollout.top_k=20", "rollout.top_p=0.9", "rollout.min_new_tokens=4")
     assert_same_run(b, a)
+
+
+def test_parallel_roles_give_the_same_run(reference):
+    # The suite runs on one torch thread; the role threads need two to run side by side.
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = run(["ppo.parallel_roles=true"])
+        assert got["trainer"].threads.parallel()
+    finally:
+        torch.set_num_threads(before)
+    assert_same_run(got, reference)
 
 
 @pytest.mark.skipif(not os.environ.get("TETHER_TEST_COMPILE"),

@@ -16,16 +16,22 @@ MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::_m
               "aten::mkldnn_linear")
 
 
-def summarize_ops(ops: dict[str, float], update_s: float, update_gflop: float, top: int = 12) -> dict:
+def summarize_ops(ops: dict[str, float], update_s: float, update_gflop: float, top: int = 12,
+                  streams: int = 1) -> dict:
     """``ops``: operator name -> self seconds within the update. Pure arithmetic.
 
     Returns the matmul seconds, their GFLOP/s on the update's counted work, the seconds not in
     matmuls, the matmul share of the update and the ``top`` operators by self time.
+    ``streams``: threads that ran the update side by side (``ppo.parallel_roles``), each on its
+    share of the cores. Self times are then summed over the threads: the matmul seconds are
+    divided by ``streams`` to compare with the wall-clock update, and the share is of
+    ``update_s × streams`` thread-seconds.
     """
-    matmul_s = sum(s for name, s in ops.items() if name in MATMUL_OPS)
+    matmul_s = sum(s for name, s in ops.items() if name in MATMUL_OPS) / streams
     ranked = sorted(ops.items(), key=lambda kv: kv[1], reverse=True)[:top]
     return {
         "update_s": update_s,
+        "streams": streams,
         "matmul_s": matmul_s,
         "matmul_gflops": update_gflop / matmul_s if matmul_s > 0 else float("nan"),
         "non_matmul_s": max(update_s - matmul_s, 0.0),

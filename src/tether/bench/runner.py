@@ -40,6 +40,13 @@ TIMER_KEYS = {
     "timing/update/optimizer": "update_optimizer",
 }
 PRECISIONS = {"fp32": "none", "bf16": "bf16"}
+PHASES_NOTE = ("Wall seconds per phase (medians). update = update_forward + update_backward + "
+               "update_optimizer + update_other.")
+PHASES_NOTE_PARALLEL = (
+    "Wall seconds per phase (medians). The actor's and the critic's update passes run side by side "
+    "(ppo.parallel_roles): update_forward, update_backward and update_optimizer are seconds summed "
+    "over both threads (the optimiser's share also has the main thread's), so they can add up to more "
+    "than update, and update_other is not defined.")
 
 
 def bench_overrides(batch: int, response_length: int, epochs: int, iterations: int, precision: str,
@@ -109,6 +116,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     if trainer_hook is not None:
         trainer_hook(trainer)
 
+    parallel = trainer.threads.parallel()
     rows = []
     for i in range(iterations):
         prompt_ids, _ = trainer.next_prompts()
@@ -125,7 +133,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         phases = {name: stats.get(key, 0.0) for key, name in TIMER_KEYS.items()}
         phases["update"] = stats.get("timing/update", 0.0)
         split = phases["update_forward"] + phases["update_backward"] + phases["update_optimizer"]
-        phases["update_other"] = max(phases["update"] - split, 0.0) if split else 0.0
+        # With parallel roles the forward/backward spans are per-thread seconds that overlap.
+        phases["update_other"] = max(phases["update"] - split, 0.0) if split and not parallel else None
         top = sum(stats.get(k, 0.0) for k in ("timing/rollout", "timing/logprobs", "timing/ref_logprobs",
                                                "timing/values", "timing/reward", "timing/advantages",
                                                "timing/update"))
@@ -141,7 +150,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     timed = rows[1:] if len(rows) > 1 else rows
     walls = [r["wall"] for r in timed]
     phase_names = list(PHASES) + ["update", "update_other", "other"]
-    phases_s = {name: _median([r["phases"][name] for r in timed]) for name in phase_names}
+    phases_s = {name: None if timed[0]["phases"][name] is None else _median([r["phases"][name] for r in timed])
+                for name in phase_names}
     flops_g = {k: statistics.fmean(r["flops"][k] for r in timed) / 1e9 for k in timed[0]["flops"]}
     flops_real_g = {k: statistics.fmean(r["flops_real"][k] for r in timed) / 1e9 for k in timed[0]["flops"]}
     report = {
@@ -151,7 +161,9 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         "config": {"batch": batch, "response_length": response_length, "epochs": epochs,
                    "minibatch_size": cfg.ppo.minibatch_size,
                    "optimizer_steps": epochs * (batch // cfg.ppo.minibatch_size),
-                   "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature},
+                   "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature,
+                   "parallel_roles": parallel, "autocast": cfg.ppo.autocast, "compile": cfg.ppo.compile},
+        "phases_note": PHASES_NOTE_PARALLEL if parallel else PHASES_NOTE,
         "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},
         "iterations_s": walls,
         "first_iteration_s": rows[0]["wall"],
@@ -177,7 +189,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         sink: dict = {}
         with profiled_update(trainer, sink):
             trainer.step()
-        report["profile"] = summarize_ops(sink["ops"], sink["update_s"], flops_g["update"])
+        report["profile"] = summarize_ops(sink["ops"], sink["update_s"], flops_g["update"],
+                                          streams=2 if parallel else 1)
     if measure_peak:
         peak = matmul_peak_gflops(precision, torch.get_num_threads())
         report["matmul_peak_gflops"] = peak

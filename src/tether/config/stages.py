@@ -173,6 +173,13 @@ class PPOAlgoConfig:
     fused_optimizer: bool = option(
         True, "AdamW's fused kernel: one pass over each parameter instead of ~10 (same update up to rounding)."
     )
+    parallel_roles: bool = option(
+        True,
+        "On a CPU with 2+ torch threads, run the actor's and the critic's update passes side by side "
+        "in two threads, each with half the torch threads. Same maths (separate models, losses and "
+        "optimisers); faster because one stream of small-batch ops leaves cores idle between "
+        "kernels. No effect on GPUs or with one thread.",
+    )
     compile: bool = option(
         False,
         "torch.compile the actor's and critic's trunk for the update's forward and backward (fused "

@@ -10,11 +10,15 @@ See docs/implementation_details.md for each detail and its source.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import sys
+import threading
 import time
 import warnings
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -60,6 +64,7 @@ from tether.checkpoint import (
     truncate_metrics,
 )
 from tether.eval.health import HealthMonitor, append_alarms
+from tether.placement.threads import RoleThreads
 from tether.metrics import JsonlWriter, MetricsLogger
 from tether.runs import prepare_run_dir
 from tether.types import Experience, Rollout
@@ -75,20 +80,32 @@ def tqdm_write(text: str) -> None:
 
 
 class Timer:
+    """Seconds per named span, summed; safe to use from the role threads (their spans add up)."""
+
     def __init__(self):
         self.times: dict[str, float] = {}
+        self._lock = threading.Lock()
 
+    def add(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.times[f"timing/{name}"] = self.times.get(f"timing/{name}", 0.0) + seconds
+
+    @contextlib.contextmanager
     def __call__(self, name: str):
-        timer = self
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
 
-        class _Span:
-            def __enter__(self):
-                self.t0 = time.perf_counter()
 
-            def __exit__(self, *exc):
-                timer.times[f"timing/{name}"] = timer.times.get(f"timing/{name}", 0.0) + time.perf_counter() - self.t0
+@dataclass
+class RolePass:
+    """One role's forward/backward passes over a minibatch's micro-batches (run in its own thread)."""
 
-        return _Span()
+    stats: dict
+    losses: list[torch.Tensor]  # detached, one per micro-batch done; stops at the first non-finite
+    grad_norm: float | None  # None when a loss was not finite (no clipping done)
 
 
 def iteration_seed(seed: int, iteration: int) -> int:
@@ -128,6 +145,9 @@ class PPOTrainer:
         self.guard = NonFiniteGuard(cfg.run.on_nonfinite)
         self.last_ratio_deviation = float("nan")
         self.update_timer = Timer()
+        # The actor's and the critic's update passes side by side on a multi-core CPU.
+        on_cpu = next(roles.actor.model.parameters()).device.type == "cpu"
+        self.threads = RoleThreads(2 if p.parallel_roles and on_cpu else 1)
 
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> dict:
@@ -135,6 +155,7 @@ class PPOTrainer:
         torch.manual_seed(iteration_seed(self.cfg.run.seed, self.iteration))
         timer = Timer()
         self.update_timer = Timer()  # spans inside the update; reported, not added to the total
+        t0 = time.perf_counter()
         with timer("rollout"):
             ids, texts = self.next_prompts()
             rollout = self.roles.engine.generate(ids, texts, self.sampling)
@@ -145,7 +166,7 @@ class PPOTrainer:
         self.kl_ctl.update(stats["objective/kl"], self.cfg.rollout.batch_size)
         self.iteration += 1
         stats.update(timer.times)
-        stats["timing/iteration"] = sum(timer.times.values())
+        stats["timing/iteration"] = time.perf_counter() - t0
         stats.update(self.update_timer.times)
         tokens = float(rollout.response_mask.sum())
         stats["perf/generated_tokens_per_s"] = tokens / max(timer.times["timing/rollout"], 1e-9)
@@ -250,35 +271,37 @@ class PPOTrainer:
         return out
 
     def minibatch_step(self, exp: Experience, mb_index: torch.Tensor, actor_on: bool, check_ratio: bool) -> dict:
-        """One optimiser step of actor and critic on a minibatch, accumulated over micro-batches."""
+        """One optimiser step of actor and critic on a minibatch, accumulated over micro-batches.
+
+        The critic's and the actor's passes are independent (separate models, losses and
+        gradients): :attr:`threads` runs them side by side when it can. A non-finite loss or
+        gradient in either skips both models' step, as one combined backward would.
+        """
         p = self.cfg.ppo
         where = f"iteration {self.iteration + 1}"
         n_tokens = float(exp.rollout.response_mask[mb_index].sum())
+        micros = [exp.select(m) for m in mb_index.split(p.minibatch_size // p.grad_accum_steps)]
+        # Each micro-batch's share of the minibatch's tokens: the loss is a token mean over the minibatch.
+        weights = [float(mb.rollout.response_mask.sum()) / n_tokens for mb in micros]
+        jobs = [partial(self.role_pass, self.critic_loss, self.roles.critic.model, micros, weights)]
+        if actor_on:
+            actor_loss = partial(self.actor_loss, check_ratio=check_ratio)
+            jobs.append(partial(self.role_pass, actor_loss, self.roles.actor.model, micros, weights))
+        passes = self.threads.run(jobs)
+        named = [("value loss", passes[0])] + ([("policy loss", passes[1])] if actor_on else [])
         stats: dict[str, float] = {}
-        finite, span = True, self.update_timer
-        for micro in mb_index.split(p.minibatch_size // p.grad_accum_steps):
-            with span("update/forward"):
-                mb = exp.select(micro)
-                weight = float(mb.rollout.response_mask.sum()) / n_tokens  # token mean over the minibatch
-                losses = {"value loss": self.critic_loss(mb, stats, weight)}
-                if actor_on:
-                    losses["policy loss"] = self.actor_loss(mb, stats, weight, check_ratio)
-            if not all(self.guard.ok(name, loss, where) for name, loss in losses.items()):
-                finite = False
-                break
-            with span("update/backward"):
-                sum(loss * weight for loss in losses.values()).backward()
-        with span("update/optimizer"):
-            if finite and actor_on:
-                stats["optim/grad_norm"] = grad_norm(self.roles.actor.model, p.max_grad_norm)
+        for _, rp in named:
+            stats.update(rp.stats)
+        finite = self.losses_finite(named, len(micros), where)
+        with self.update_timer("update/optimizer"):
             if finite:
-                stats["optim/critic_grad_norm"] = grad_norm(self.roles.critic.model, p.max_grad_norm)
+                if actor_on:
+                    stats["optim/grad_norm"] = passes[1].grad_norm
+                stats["optim/critic_grad_norm"] = passes[0].grad_norm
                 finite = all(self.guard.ok(f"{k} (gradient)", torch.tensor(v), where)
                              for k, v in stats.items() if k.endswith("grad_norm"))
             if finite:
-                if actor_on:
-                    self.actor_opt.step()
-                self.critic_opt.step()
+                self.threads.run([self.actor_opt.step, self.critic_opt.step] if actor_on else [self.critic_opt.step])
             if actor_on:
                 self.actor_sched.step()  # the actor's warm-up starts when the actor does
             self.critic_sched.step()
@@ -289,6 +312,31 @@ class PPOTrainer:
                           "ppo/policy/ratio_mean": 1.0})
         stats["optim/skipped_steps"] = float(self.guard.skipped)
         return stats
+
+    def role_pass(self, loss_fn, model, micros: list[Experience], weights: list[float]) -> RolePass:
+        """Forward and backward of one role over the micro-batches, then its gradient norm (clipped)."""
+        stats: dict[str, float] = {}
+        losses = []
+        span = self.update_timer
+        for mb, weight in zip(micros, weights):
+            with span("update/forward"):
+                loss = loss_fn(mb, stats, weight)
+            losses.append(loss.detach())
+            if not bool(torch.isfinite(loss).all()):
+                return RolePass(stats, losses, None)
+            with span("update/backward"):
+                (loss * weight).backward()
+        with span("update/optimizer"):
+            norm = grad_norm(model, self.cfg.ppo.max_grad_norm)
+        return RolePass(stats, losses, norm)
+
+    def losses_finite(self, named: list[tuple[str, RolePass]], n_micro: int, where: str) -> bool:
+        """Check the losses micro-batch by micro-batch, value loss first, stopping at the first bad one."""
+        for i in range(n_micro):
+            for name, rp in named:
+                if i < len(rp.losses) and not self.guard.ok(name, rp.losses[i], where):
+                    return False
+        return True
 
     def actor_loss(self, mb: Experience, stats: dict, weight: float, check_ratio: bool) -> torch.Tensor:
         """Clipped surrogate (+ entropy bonus, + KL term when kl.placement=loss) on a micro-batch."""

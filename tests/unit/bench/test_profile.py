@@ -19,6 +19,16 @@ def test_summarize_ops_splits_matmul_from_the_rest():
     assert out["top_ops_s"] == {"aten::mm": 2.0, "aten::mul": 0.7}
 
 
+def test_summarize_ops_with_two_streams_counts_matmul_thread_seconds_once_per_core():
+    # Two role threads, 1.5 s of wall update: 2.4 thread-seconds of matmul = 1.2 s per core.
+    out = summarize_ops({"aten::mm": 2.4, "aten::mul": 0.6}, update_s=1.5, update_gflop=240.0, streams=2)
+    assert out["matmul_s"] == pytest.approx(1.2)
+    assert out["matmul_gflops"] == pytest.approx(200.0)
+    assert out["non_matmul_s"] == pytest.approx(0.3)
+    assert out["matmul_share"] == pytest.approx(0.8)
+    assert out["streams"] == 2
+
+
 def test_summarize_ops_without_matmuls_has_no_rate():
     out = summarize_ops({"aten::mul": 1.0}, update_s=1.0, update_gflop=5.0)
     assert out["matmul_s"] == 0 and math.isnan(out["matmul_gflops"])

@@ -49,6 +49,8 @@ class RoleThreads:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None
+        # Optional job -> job wrapper applied in the worker (the bench's operator clock uses it).
+        self.wrap: Callable[[Callable[[], T]], Callable[[], T]] | None = None
 
     def parallel(self) -> bool:
         """Jobs will run concurrently: more than one worker and more than one torch thread."""
@@ -58,6 +60,8 @@ class RoleThreads:
         """Results of ``jobs`` in order. An exception in any job is raised after all have ended."""
         if len(jobs) <= 1 or not self.parallel():
             return [job() for job in jobs]
+        if self.wrap is not None:
+            jobs = [self.wrap(job) for job in jobs]
         total = torch.get_num_threads()
         width = min(self.workers, len(jobs))
         per_job = max(1, total // width)

@@ -46,3 +46,24 @@ def test_bench_profile_reports_matmul_time(capsys):
     assert 0 < prof["matmul_s"] < prof["update_s"]
     assert prof["matmul_gflops"] > 0 and 0 < prof["matmul_fraction_of_peak"]
     assert "aten::mm" in prof["top_ops_s"] or "aten::addmm" in prof["top_ops_s"]
+
+
+@pytest.mark.slow
+def test_bench_profile_sees_the_matmuls_of_the_role_threads(capsys):
+    import json
+
+    import torch
+
+    from tether.cli import main
+
+    before = torch.get_num_threads()
+    try:
+        assert main(["bench", "--size", "micro", "--iterations", "2", "--threads", "2", "--batch", "4",
+                     "--response-length", "4", "--epochs", "1", "--profile", "--no-peak"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    report = json.loads(capsys.readouterr().out)
+    prof = report["profile"]
+    assert report["config"]["parallel_roles"] is True and prof["streams"] == 2
+    # torch.profiler would see none of the workers' operators: the clock must see their matmuls.
+    assert prof["matmul_s"] > 0 and prof["top_ops_s"].get("aten::mm", 0) > 0

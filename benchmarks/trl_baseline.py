@@ -70,10 +70,16 @@ Setup (a separate venv outside the repo; torch pinned first, or pip pulls a CUDA
 
 Run (from the repo root; prints one JSON object on stdout, progress on stderr)::
 
-    /work/trl-venv/bin/python benchmarks/trl_baseline.py --size small --repeat 3
+    /work/trl-venv/bin/python benchmarks/trl_baseline.py --size small --seed 1
     /work/trl-venv/bin/python benchmarks/trl_baseline.py --size tiny --threads 1 --iterations 3
 
-The script imports nothing from tether, so the TRL venv needs nothing else.
+Prefer one process per run (``--seed 1``, ``--seed 2``, ... as ``benchmarks/bench_table.py
+--trl-python`` does) over ``--repeat``: in one process every later run's garbage collections
+also walk the objects the earlier runs left behind, and get slower (seen: 1.07, 1.18, 2.71 s at
+tiny for three in-process runs).
+
+The script imports nothing from tether (it rebuilds the same tokenizer, models and prompts), so
+the TRL venv needs nothing else.
 """
 
 from __future__ import annotations

@@ -75,8 +75,7 @@ Run (from the repo root; prints one JSON object on stdout, progress on stderr)::
 
 Prefer one process per run (``--seed 1``, ``--seed 2``, ... as ``benchmarks/bench_table.py
 --trl-python`` does) over ``--repeat``: in one process every later run's garbage collections
-also walk the objects the earlier runs left behind, and get slower (seen: 1.07, 1.18, 2.71 s at
-tiny for three in-process runs).
+also walk whatever the earlier runs left behind, so the runs are not independent.
 
 The script imports nothing from tether (it rebuilds the same tokenizer, models and prompts), so
 the TRL venv needs nothing else.

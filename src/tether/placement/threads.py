@@ -2,9 +2,9 @@
 
 PPO's actor and critic are separate models with separate losses and optimisers. On a CPU,
 one stream of small-batch ops leaves cores idle between kernels (Python, the autograd
-engine, elementwise ops that do not parallelise well at these sizes). :class:`RoleThreads` runs such jobs in separate Python threads, each with its share
-of the torch threads: torch releases the GIL inside its kernels and its autograd engine, so
-the jobs overlap. The maths is unchanged — each job sees exactly the tensors it would see
+engine, elementwise ops that do not parallelise well at these sizes). :class:`RoleThreads`
+runs such jobs in separate Python threads, each with its share of the torch threads: torch
+releases the GIL inside its kernels and its autograd engine, so the jobs overlap. The maths is unchanged — each job sees exactly the tensors it would see
 sequentially; only the number of threads inside each matmul changes, which moves results
 by float rounding (``tests/integration/test_ppo_equivalence.py`` checks the runs match).
 

@@ -44,6 +44,8 @@ VARIANTS = {
 }
 DEFAULT_VARIANTS = ["fp32", "bf16"]
 ABLATIONS = {
+    "full_last_layer": ("fp32", ["ppo.trim_last_layer=false"]),
+    "full_last_layer_bf16": ("bf16", ["ppo.trim_last_layer=false"]),
     "sequential_roles": ("fp32", ["ppo.parallel_roles=false"]),
     "sequential_roles_bf16": ("bf16", ["ppo.parallel_roles=false"]),
     "hf_generate": ("fp32", ["rollout.engine=hf"]),

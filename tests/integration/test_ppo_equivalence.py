@@ -23,11 +23,14 @@ pytestmark = pytest.mark.slow
 
 ITERATIONS = 3
 STRAIGHTFORWARD = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
-                   "ppo.parallel_roles=false"]
+                   "ppo.parallel_roles=false", "ppo.trim_last_layer=false"]
+NONE_BUT = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
+            "ppo.trim_last_layer=false"]
 OPTIMISATIONS = {
-    "lean_engine": ["rollout.engine=lean", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false"],
-    "captured_logprobs": ["rollout.engine=hf", "rollout.capture_logprobs=true", "ppo.fused_optimizer=false"],
-    "fused_optimizer": ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=true"],
+    "lean_engine": [*NONE_BUT, "rollout.engine=lean"],
+    "captured_logprobs": [*NONE_BUT, "rollout.capture_logprobs=true"],
+    "fused_optimizer": [*NONE_BUT, "ppo.fused_optimizer=true"],
+    "trim_last_layer": [*NONE_BUT, "ppo.trim_last_layer=true"],
     "all": [],  # the defaults
 }
 REL, ABS = 1e-5, 1e-6
@@ -119,7 +122,7 @@ def test_parallel_roles_give_the_same_run(reference):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        got = run(["ppo.parallel_roles=true"])
+        got = run(["ppo.parallel_roles=true", "ppo.trim_last_layer=false"])
         assert got["trainer"].threads.parallel()
     finally:
         torch.set_num_threads(before)

@@ -13,6 +13,7 @@ from tether.config import PPOConfig
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.errors import DataError, ModelError
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
+from tether.models import last_layer
 from tether.models.forward import bf16_native, use_fp32_attention
 from tether.roles import (
     CallableReward,
@@ -99,6 +100,9 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         # bf16 SDPA is slower than fp32 SDPA on CPU (and less exact): attention stays fp32.
         for model in (actor_model, reference_model, critic_model, *_reward_models(reward)):
             use_fp32_attention(model)
+    if not cfg.ppo.trim_last_layer:
+        for model in (actor_model, reference_model, critic_model, *_reward_models(reward)):
+            last_layer.run_in_full(model)
     return Roles(
         actor=PolicyRole(actor_model, temperature, trainable=True, autocast=autocast, use_captured=capture,
                          compile=compile),

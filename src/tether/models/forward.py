@@ -20,6 +20,7 @@ from torch import Tensor
 
 from tether.algos.logprobs import token_logprobs
 from tether.algos.losses import entropy_from_logits
+from tether.models import last_layer
 from tether.models.loading import score_head
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
@@ -127,26 +128,33 @@ def compiled_trunk(model, mode: str = "default"):
 
 
 def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: str = "none",
-                  compile: bool | str = False) -> Tensor:
-    """(B, T, H) final hidden states of the decoder trunk (no LM or scalar head), fp32.
+                  compile: bool | str = False, keep: slice | Tensor | None = None) -> Tensor:
+    """Final hidden states of the decoder trunk (no LM or scalar head), fp32.
 
+    (B, T, H), or (B, K, H) at ``keep`` (a slice of positions or (B, K) positions per row):
+    then the last decoder layer runs at those positions only where the model allows it
+    (:mod:`tether.models.last_layer`), and the full output is sliced otherwise.
     ``compile``: run the trunk through :func:`compiled_trunk` when gradients are on (the update);
     no-grad passes stay eager, so scoring never waits for a second compilation. ``True`` or a
-    mode of :data:`COMPILE_MODES`.
+    mode of :data:`COMPILE_MODES`. Compiled passes run every layer in full.
     """
     trunk = model.base_model
-    if compile and torch.is_grad_enabled():
+    compiled = bool(compile) and torch.is_grad_enabled()
+    if compiled:
         # Contiguous inputs: a sliced batch's strides and offset would each trigger a recompilation.
         mode = compile if isinstance(compile, str) else "default"
         trunk, input_ids, attention_mask = compiled_trunk(model, mode), input_ids.contiguous(), attention_mask.contiguous()
-    with autocast_context(model, autocast):
-        out = trunk(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids(attention_mask),
-            use_cache=False,
-        )
-    return out.last_hidden_state.float()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask,
+                  position_ids=position_ids(attention_mask), use_cache=False)
+    trim = keep if (keep is not None and not compiled) else None
+    run_trunk = lambda: trunk(**kwargs).last_hidden_state.float()  # noqa: E731
+    if trim is not None and last_layer.needs_check(model):
+        last_layer.check(model, run_trunk, trim)  # fp32, once per model
+    with autocast_context(model, autocast), last_layer.last_layer_at(model, trim):
+        out = run_trunk()
+    if keep is not None and out.shape[1] == input_ids.shape[1]:
+        out = last_layer.take_positions(out, keep)
+    return out
 
 
 def _head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
@@ -177,9 +185,9 @@ def response_logprobs(
     # Keep at least the last prompt column: it predicts the first response token.
     cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
     sequences, attention_mask, num_prompt_tokens = sequences[:, cut:], attention_mask[:, cut:], num_prompt_tokens - cut
-    hidden = hidden_states(model, sequences, attention_mask, autocast, compile)
     # Position t predicts token t+1: response token j is predicted at P - 1 + j.
-    hidden = hidden[:, num_prompt_tokens - 1 : -1]
+    keep = slice(num_prompt_tokens - 1, sequences.shape[1] - 1)
+    hidden = hidden_states(model, sequences, attention_mask, autocast, compile, keep)
     logits = _head(model.get_output_embeddings(), hidden).float() / temperature
     logp = token_logprobs(logits, sequences[:, num_prompt_tokens:])
     entropy = entropy_from_logits(logits) if with_entropy else None
@@ -196,8 +204,8 @@ def response_values(model, sequences: Tensor, attention_mask: Tensor, num_prompt
                     autocast: str = "none", compile: bool | str = False) -> Tensor:
     """(B, A) the scalar head where each response token is predicted (positions P-1 .. T-2)."""
     cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
-    hidden = hidden_states(model, sequences[:, cut:], attention_mask[:, cut:], autocast, compile)
-    hidden = hidden[:, num_prompt_tokens - cut - 1 : -1]
+    keep = slice(num_prompt_tokens - cut - 1, sequences.shape[1] - cut - 1)
+    hidden = hidden_states(model, sequences[:, cut:], attention_mask[:, cut:], autocast, compile, keep)
     return _head(score_head(model), hidden).squeeze(-1).float()
 
 
@@ -205,8 +213,7 @@ def last_token_scores(model, sequences: Tensor, attention_mask: Tensor, autocast
     """(B,) the scalar head at the last real token of each row (any padding side)."""
     cut = min(leading_padding(attention_mask), sequences.shape[1] - 1)
     sequences, attention_mask = sequences[:, cut:], attention_mask[:, cut:]
-    hidden = hidden_states(model, sequences, attention_mask, autocast)
     positions = torch.arange(sequences.shape[1], device=sequences.device)
-    last = (attention_mask.long() * positions).argmax(dim=1)
-    picked = hidden[torch.arange(sequences.shape[0], device=sequences.device), last]
+    last = (attention_mask.long() * positions).argmax(dim=1, keepdim=True)  # (B, 1)
+    picked = hidden_states(model, sequences, attention_mask, autocast, keep=last)[:, 0]
     return _head(score_head(model), picked).squeeze(-1).float()

@@ -15,6 +15,7 @@ import inspect
 import torch
 
 from tether.data import collate_left
+from tether.models import last_layer
 from tether.models.forward import autocast_context, position_ids
 from tether.rollout.base import SamplingParams
 from tether.rollout.hf import make_rollout
@@ -55,8 +56,11 @@ class LeanGenerationEngine:
                 cache = DynamicCache()
                 mask = attention_mask
                 positions = position_ids(mask)
-                out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                            past_key_values=cache, use_cache=True, **self._logits_kwargs())
+                # Only the last prompt position's output is read (the cache still gets every key).
+                last = slice(input_ids.shape[1] - 1, input_ids.shape[1])
+                with last_layer.last_layer_at(model, last):
+                    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                past_key_values=cache, use_cache=True, **self._logits_kwargs())
                 next_pos = positions[:, -1:] + 1
                 for step in range(params.max_new_tokens):
                     logits = out.logits[:, -1, :].float()

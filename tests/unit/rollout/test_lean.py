@@ -1,0 +1,41 @@
+"""The lean decode loop: HF ``generate``'s tokens, with the prefill's last layer at one position."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from tether.bench.setup import SIZES, build_setup
+from tether.models import last_layer
+from tether.models.forward import response_logprobs
+from tether.rollout import HFGenerationEngine, LeanGenerationEngine, SamplingParams
+
+PARAMS = SamplingParams(max_new_tokens=6, temperature=0.9)
+
+
+def sample(engine, setup, seed=0):
+    torch.manual_seed(seed)
+    return engine.generate(setup.prompts.ids[:4], setup.prompts.texts[:4], PARAMS)
+
+
+def test_lean_matches_generate_with_a_trimmed_prefill():
+    setup = build_setup(SIZES["micro"], 4, seed=5)
+    model = setup.models["policy"]
+    full = copy.deepcopy(model)
+    last_layer.run_in_full(full)
+    want = sample(HFGenerationEngine(full, setup.tokenizer), setup)
+
+    # A scoring pass checks the model once; from then on the prefill is trimmed.
+    response_logprobs(model, want.sequences, want.attention_mask, want.num_prompt_tokens)
+    assert last_layer._VERIFIED[model] is True
+    rows = []
+    model.base_model.layers[-1].mlp.register_forward_hook(lambda m, args, out: rows.append(args[0].shape[1]))
+    got = sample(LeanGenerationEngine(model, setup.tokenizer), setup)
+
+    assert rows[0] == 1, "the prefill ran the last layer's MLP at every prompt position"
+    assert torch.equal(got.response_ids, want.response_ids)
+    fresh, _ = response_logprobs(full, want.sequences, want.attention_mask, want.num_prompt_tokens,
+                                 PARAMS.temperature)
+    real = want.response_mask.bool()
+    torch.testing.assert_close(got.sampled_logprobs[real], fresh[real], rtol=1e-4, atol=1e-5)

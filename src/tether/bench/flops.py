@@ -67,10 +67,13 @@ def iteration_flops(
     prompt_lengths: list[int],
     response_lengths: list[int],
     epochs: int,
+    shared_trunk: bool = False,
 ) -> dict[str, int]:
     """FLOPs per phase of one PPO iteration over a batch of episodes.
 
     ``policy`` is the shape of actor and reference, ``value`` of critic and reward model.
+    ``shared_trunk``: the critic is a value head on the actor's trunk (``critic.shared_trunk``):
+    its values cost a policy-trunk forward, and the update trains one trunk with both heads.
     ``prompt_lengths`` / ``response_lengths``: real tokens per episode (BOS included).
     Phases: generate, logprobs (rollout policy), ref_logprobs, values, reward, update
     (``epochs`` forward + backward passes of actor and critic), and total.
@@ -83,9 +86,10 @@ def iteration_flops(
         out["generate"] += generate(policy, p, a)
         out["logprobs"] += policy_forward(policy, t, a)
         out["ref_logprobs"] += policy_forward(policy, t, a)
-        out["values"] += scalar_forward(value, t, a)
+        out["values"] += scalar_forward(policy if shared_trunk else value, t, a)
         out["reward"] += scalar_forward(value, t, 1)
         # Forward + backward = 3 forwards' worth of matmuls, for actor and critic, every epoch.
-        out["update"] += epochs * 3 * (policy_forward(policy, t, a) + scalar_forward(value, t, a))
+        critic = 2 * policy.hidden * a if shared_trunk else scalar_forward(value, t, a)
+        out["update"] += epochs * 3 * (policy_forward(policy, t, a) + critic)
     out["total"] = sum(out.values())
     return out

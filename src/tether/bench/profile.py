@@ -20,18 +20,38 @@ import threading
 import time
 from contextlib import contextmanager
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::_mkldnn_matmul",
               "aten::mkldnn_linear")
 
 
+def matmul_flops(name: str, shapes: list[tuple[int, ...]]) -> int:
+    """FLOPs a matmul operator executed, from its tensor arguments' shapes (in call order).
+
+    ``aten::mm`` (M, K) @ (K, N) and ``aten::addmm`` (bias, (M, K), (K, N)): 2·M·K·N;
+    ``aten::bmm`` / ``aten::baddbmm``: 2·B·M·K·N. Other operators: 0.
+    """
+    if name in ("aten::addmm", "aten::baddbmm"):
+        shapes = shapes[1:]
+    if name in ("aten::mm", "aten::addmm") and len(shapes) >= 2 and len(shapes[0]) == 2:
+        (m, k), n = shapes[0], shapes[1][-1]
+        return 2 * m * k * n
+    if name in ("aten::bmm", "aten::baddbmm") and len(shapes) >= 2 and len(shapes[0]) == 3:
+        (b, m, k), n = shapes[0], shapes[1][-1]
+        return 2 * b * m * k * n
+    return 0
+
+
 def summarize_ops(ops: dict[str, float], update_s: float, update_gflop: float, top: int = 12,
-                  streams: int = 1) -> dict:
+                  streams: int = 1, executed_gflop: float | None = None) -> dict:
     """``ops``: operator name -> self seconds within the update. Pure arithmetic.
 
-    Returns the matmul seconds, their GFLOP/s on the update's counted work, the seconds not in
-    matmuls, the matmul share of the update and the ``top`` operators by self time.
+    Returns the matmul seconds, their GFLOP/s, the seconds not in matmuls, the matmul share of
+    the update and the ``top`` operators by self time. The GFLOP/s are of ``executed_gflop``
+    (the matmuls' own FLOPs, as the clock counted them) when given, else of ``update_gflop``
+    (the update's counted work, which skipped work such as ``ppo.trim_last_layer`` inflates).
     ``streams``: threads that ran the update side by side (``ppo.parallel_roles``), each on its
     share of the cores. Self times are then summed over the threads: the matmul seconds are
     divided by ``streams`` to compare with the wall-clock update, and the share is of
@@ -39,11 +59,14 @@ def summarize_ops(ops: dict[str, float], update_s: float, update_gflop: float, t
     """
     matmul_s = sum(s for name, s in ops.items() if name in MATMUL_OPS) / streams
     ranked = sorted(ops.items(), key=lambda kv: kv[1], reverse=True)[:top]
+    work = update_gflop if executed_gflop is None else executed_gflop
     return {
         "update_s": update_s,
         "streams": streams,
         "matmul_s": matmul_s,
-        "matmul_gflops": update_gflop / matmul_s if matmul_s > 0 else float("nan"),
+        "matmul_gflops": work / matmul_s if matmul_s > 0 else float("nan"),
+        "executed_matmul_gflop": executed_gflop,
+        "counted_update_gflop": update_gflop,
         "non_matmul_s": max(update_s - matmul_s, 0.0),
         "matmul_share": matmul_s / update_s if update_s > 0 else float("nan"),
         "top_ops_s": {name: round(s, 4) for name, s in ranked},
@@ -53,17 +76,23 @@ def summarize_ops(ops: dict[str, float], update_s: float, update_gflop: float, t
 class OpClock(TorchDispatchMode):
     """Seconds per aten operator (``aten::mm``, ...) summed into ``totals``; shareable across threads."""
 
-    def __init__(self, totals: dict[str, float], lock: threading.Lock):
+    def __init__(self, totals: dict[str, float], lock: threading.Lock, flops: dict[str, int] | None = None):
         super().__init__()
         self.totals, self.lock = totals, lock
+        self.flops = flops if flops is not None else {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         t0 = time.perf_counter()
         out = func(*args, **(kwargs or {}))
         elapsed = time.perf_counter() - t0
         name = f"aten::{func.overloadpacket.__name__}"
+        flops = 0
+        if name in MATMUL_OPS:
+            flops = matmul_flops(name, [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
         with self.lock:
             self.totals[name] = self.totals.get(name, 0.0) + elapsed
+            if flops:
+                self.flops[name] = self.flops.get(name, 0) + flops
         return out
 
 
@@ -71,14 +100,16 @@ class OpClock(TorchDispatchMode):
 def profiled_update(trainer, sink: dict):
     """While active, ``trainer.update`` runs with every operator timed; seconds per operator
     (summed over the role threads) land in ``sink["ops"]``, the update's wall time in
-    ``sink["update_s"]`` and the number of threads that ran it side by side in ``sink["streams"]``."""
+    ``sink["update_s"]``, the number of threads that ran it side by side in ``sink["streams"]``
+    and the matmuls' executed GFLOP in ``sink["matmul_gflop"]``."""
     original, wrap = trainer.update, trainer.threads.wrap
     totals: dict[str, float] = {}
+    flops: dict[str, int] = {}
     lock = threading.Lock()
 
     def clocked(job):
         def run():
-            with OpClock(totals, lock):
+            with OpClock(totals, lock, flops):
                 return job()
 
         return run
@@ -87,12 +118,13 @@ def profiled_update(trainer, sink: dict):
         trainer.threads.wrap = clocked
         try:
             t0 = time.perf_counter()
-            with OpClock(totals, lock):  # the calling thread's share (all of it without role threads)
+            with OpClock(totals, lock, flops):  # the calling thread's share (all of it without role threads)
                 out = original(exp)
             sink["update_s"] = time.perf_counter() - t0
         finally:
             trainer.threads.wrap = wrap
         sink["ops"] = dict(totals)
+        sink["matmul_gflop"] = sum(flops.values()) / 1e9
         sink["streams"] = 2 if trainer.threads.parallel() else 1
         return out
 

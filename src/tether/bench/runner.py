@@ -128,8 +128,9 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         # The issue's convention: every episode counts the batch's longest prompt (the rollout batch
         # is a rectangle of left-padded prompts). "real" counts each episode's own tokens only.
         longest = max(len(p) for p in prompt_ids)
-        flops = iteration_flops(dims, dims, [longest] * len(prompt_ids), lengths, epochs)
-        flops_real = iteration_flops(dims, dims, [len(p) for p in prompt_ids], lengths, epochs)
+        shared = cfg.critic.shared_trunk
+        flops = iteration_flops(dims, dims, [longest] * len(prompt_ids), lengths, epochs, shared)
+        flops_real = iteration_flops(dims, dims, [len(p) for p in prompt_ids], lengths, epochs, shared)
         phases = {name: stats.get(key, 0.0) for key, name in TIMER_KEYS.items()}
         phases["update"] = stats.get("timing/update", 0.0)
         split = phases["update_forward"] + phases["update_backward"] + phases["update_optimizer"]
@@ -157,12 +158,15 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     report = {
         "size": size,
         "precision": precision,
-        "params": {"policy": dims.total_params, "value": dims.total_params - dims.lm_head_params + dims.hidden},
+        "params": {"policy": dims.total_params,
+                   "value": dims.hidden + 1 if cfg.critic.shared_trunk
+                   else dims.total_params - dims.lm_head_params + dims.hidden},
         "config": {"batch": batch, "response_length": response_length, "epochs": epochs,
                    "minibatch_size": cfg.ppo.minibatch_size,
                    "optimizer_steps": epochs * (batch // cfg.ppo.minibatch_size),
                    "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature,
-                   "parallel_roles": parallel, "autocast": cfg.ppo.autocast, "compile": cfg.ppo.compile},
+                   "parallel_roles": parallel, "autocast": cfg.ppo.autocast, "compile": cfg.ppo.compile,
+                   "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk},
         "phases_note": PHASES_NOTE_PARALLEL if parallel else PHASES_NOTE,
         "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},
         "iterations_s": walls,
@@ -190,7 +194,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         with profiled_update(trainer, sink):
             trainer.step()
         # Shares against the ordinary iterations' update time: the clock slows the profiled one.
-        report["profile"] = summarize_ops(sink["ops"], phases_s["update"], flops_g["update"], streams=sink["streams"])
+        report["profile"] = summarize_ops(sink["ops"], phases_s["update"], flops_g["update"], streams=sink["streams"],
+                                          executed_gflop=sink["matmul_gflop"])
         report["profile"]["profiled_update_s"] = sink["update_s"]
     if measure_peak:
         peak = matmul_peak_gflops(precision, torch.get_num_threads())

@@ -100,6 +100,14 @@ class CriticConfig:
     )
     path: str | None = option(None, "Explicit checkpoint; default: first reward model or the policy.")
     lr: float = option(2e-4, "Critic learning rate.", gt=0, lt=FLOAT32_MAX)
+    shared_trunk: bool = option(
+        False,
+        "A different model: the critic is a value head (zero-initialised) on the actor's own trunk, "
+        "as in lm-human-preferences, instead of a separate scalar-head model. The value loss then "
+        "trains the actor's trunk too, and one forward/backward pass per minibatch serves both "
+        "losses, about half the update's work. critic.init and critic.path do not apply; the "
+        "checkpoint's critic/ holds the value head alone (value_head.safetensors).",
+    )
 
 
 @dataclass(frozen=True)
@@ -263,6 +271,17 @@ class PPOConfig:
             raise ConfigError(
                 f"Config key 'ppo.minibatch_size' = {self.ppo.minibatch_size}: must divide "
                 f"rollout.batch_size = {self.rollout.batch_size}."
+            )
+        if self.critic.shared_trunk and self.critic.path:
+            raise ConfigError(
+                f"Config key 'critic.path' = {self.critic.path!r}: a shared-trunk critic "
+                "(critic.shared_trunk=true) is a value head on the actor, it loads no separate model."
+            )
+        if self.critic.shared_trunk and self.ppo.critic_warmup_iters:
+            raise ConfigError(
+                f"Config key 'ppo.critic_warmup_iters' = {self.ppo.critic_warmup_iters}: with "
+                "critic.shared_trunk=true the value loss moves the actor's trunk, so the critic cannot "
+                "train alone; set it to 0."
             )
 
 

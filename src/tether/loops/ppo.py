@@ -148,6 +148,9 @@ class PPOTrainer:
         # The actor's and the critic's update passes side by side on a multi-core CPU.
         on_cpu = next(roles.actor.model.parameters()).device.type == "cpu"
         self.threads = RoleThreads(2 if p.parallel_roles and on_cpu else 1)
+        # critic.shared_trunk: the parameters both losses train, for one joint gradient clip.
+        shared = getattr(roles.critic, "shared_trunk", False)
+        self.shared = torch.nn.ModuleList([roles.actor.model, roles.critic.model]) if shared else None
 
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> dict:
@@ -283,12 +286,19 @@ class PPOTrainer:
         micros = [exp.select(m) for m in mb_index.split(p.minibatch_size // p.grad_accum_steps)]
         # Each micro-batch's share of the minibatch's tokens: the loss is a token mean over the minibatch.
         weights = [float(mb.rollout.response_mask.sum()) / n_tokens for mb in micros]
-        jobs = [partial(self.role_pass, self.critic_loss, self.roles.critic.model, micros, weights)]
-        if actor_on:
-            actor_loss = partial(self.actor_loss, check_ratio=check_ratio)
-            jobs.append(partial(self.role_pass, actor_loss, self.roles.actor.model, micros, weights))
-        passes = self.threads.run(jobs)
-        named = [("value loss", passes[0])] + ([("policy loss", passes[1])] if actor_on else [])
+        if self.shared is not None:
+            # One trunk pass and one backward serve both losses; gradients clipped together.
+            joint = partial(self.shared_trunk_loss, check_ratio=check_ratio)
+            passes = self.threads.run([partial(self.role_pass, joint, self.shared, micros, weights)])
+            named = [("policy and value loss", passes[0])]
+            passes = [passes[0], passes[0]]
+        else:
+            jobs = [partial(self.role_pass, self.critic_loss, self.roles.critic.model, micros, weights)]
+            if actor_on:
+                actor_loss = partial(self.actor_loss, check_ratio=check_ratio)
+                jobs.append(partial(self.role_pass, actor_loss, self.roles.actor.model, micros, weights))
+            passes = self.threads.run(jobs)
+            named = [("value loss", passes[0])] + ([("policy loss", passes[1])] if actor_on else [])
         stats: dict[str, float] = {}
         for _, rp in named:
             stats.update(rp.stats)
@@ -340,8 +350,22 @@ class PPOTrainer:
 
     def actor_loss(self, mb: Experience, stats: dict, weight: float, check_ratio: bool) -> torch.Tensor:
         """Clipped surrogate (+ entropy bonus, + KL term when kl.placement=loss) on a micro-batch."""
+        logp, entropy = self.roles.actor.forward(mb.rollout, with_entropy=self.cfg.ppo.entropy_coef > 0)
+        return self.policy_objective(mb, logp, entropy, stats, weight, check_ratio)
+
+    def critic_loss(self, mb: Experience, stats: dict, weight: float) -> torch.Tensor:
+        """``vf_coef`` × clipped value loss on a micro-batch."""
+        return self.value_objective(mb, self.roles.critic.forward(mb.rollout), stats, weight)
+
+    def shared_trunk_loss(self, mb: Experience, stats: dict, weight: float, check_ratio: bool) -> torch.Tensor:
+        """Both losses from one pass of the actor's trunk (``critic.shared_trunk``), summed."""
+        logp, entropy, values = self.roles.critic.forward_with_policy(mb.rollout, self.cfg.ppo.entropy_coef > 0)
+        policy = self.policy_objective(mb, logp, entropy, stats, weight, check_ratio)
+        return policy + self.value_objective(mb, values, stats, weight)
+
+    def policy_objective(self, mb: Experience, logp, entropy, stats: dict, weight: float,
+                         check_ratio: bool) -> torch.Tensor:
         p, cfg, mask = self.cfg.ppo, self.cfg, mb.rollout.response_mask
-        logp, entropy = self.roles.actor.forward(mb.rollout, with_entropy=p.entropy_coef > 0)
         if check_ratio:
             self.check_ratio(logp.detach(), mb.logprobs, mask)
         pl = ppo_policy_loss(logp, mb.logprobs, mb.advantages, mask, p.clip)
@@ -355,10 +379,9 @@ class PPOTrainer:
             stats[f"ppo/policy/{key}"] = stats.get(f"ppo/policy/{key}", 0.0) + value * weight
         return loss
 
-    def critic_loss(self, mb: Experience, stats: dict, weight: float) -> torch.Tensor:
-        """``vf_coef`` × clipped value loss on a micro-batch."""
+    def value_objective(self, mb: Experience, values, stats: dict, weight: float) -> torch.Tensor:
         p = self.cfg.ppo
-        vl = value_loss(self.roles.critic.forward(mb.rollout), mb.values, mb.returns, mb.rollout.response_mask, p.value_clip)
+        vl = value_loss(values, mb.values, mb.returns, mb.rollout.response_mask, p.value_clip)
         stats["ppo/val/loss"] = stats.get("ppo/val/loss", 0.0) + float(vl.loss.detach()) * weight
         stats["ppo/val/clipfrac"] = stats.get("ppo/val/clipfrac", 0.0) + vl.clipfrac * weight
         return p.vf_coef * vl.loss

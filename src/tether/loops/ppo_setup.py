@@ -22,6 +22,8 @@ from tether.roles import (
     ModelReward,
     PolicyRole,
     RewardSource,
+    SharedTrunkCritic,
+    ValueHead,
     import_callable,
 )
 from tether.rollout import HFGenerationEngine, LeanGenerationEngine, SamplingParams
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 class Roles:
     actor: PolicyRole
     reference: PolicyRole
-    critic: CriticRole
+    critic: CriticRole | SharedTrunkCritic
     reward: RewardSource
     tokenizer: object
     engine: HFGenerationEngine | LeanGenerationEngine
@@ -73,6 +75,10 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
     actor_model = load_causal_lm(str(checkpoint / "actor") if checkpoint else policy_path, **load)
     reference_model = load_causal_lm(cfg.reference or policy_path, **load)
     reward = build_reward(cfg, tokenizer)
+    if cfg.critic.shared_trunk:
+        hidden = actor_model.config.hidden_size
+        head = ValueHead.from_pretrained(checkpoint / "critic", hidden) if checkpoint else ValueHead(hidden)
+        return make_roles(cfg, actor_model, reference_model, head, reward, tokenizer)
     if cfg.critic.path:
         critic_path, head_std = cfg.critic.path, None
     elif cfg.critic.init == "reward" and cfg.reward.models:
@@ -87,7 +93,13 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
 
 
 def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, reward, tokenizer) -> Roles:
-    """The four roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model."""
+    """The four roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model.
+
+    With ``critic.shared_trunk`` the critic is a value head on the actor: ``critic_model`` is
+    that :class:`ValueHead`, or any other model, which is then replaced by a fresh head.
+    """
+    if cfg.critic.shared_trunk and not isinstance(critic_model, ValueHead):
+        critic_model = ValueHead(actor_model.config.hidden_size)
     if isinstance(reward, torch.nn.Module):
         reward = ModelReward(reward, autocast=cfg.ppo.autocast)
     temperature, autocast, capture = cfg.rollout.temperature, cfg.ppo.autocast, cfg.rollout.capture_logprobs
@@ -96,18 +108,26 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
                     "and run slower than fp32.")
     engine_cls = LeanGenerationEngine if cfg.rollout.engine == "lean" else HFGenerationEngine
     compile = cfg.ppo.compile_mode if cfg.ppo.compile else False
+    trunks = [actor_model, reference_model, *_reward_models(reward)]
+    if not cfg.critic.shared_trunk:
+        trunks.append(critic_model)
     if autocast == "bf16":
         # bf16 SDPA is slower than fp32 SDPA on CPU (and less exact): attention stays fp32.
-        for model in (actor_model, reference_model, critic_model, *_reward_models(reward)):
+        for model in trunks:
             use_fp32_attention(model)
     if not cfg.ppo.trim_last_layer:
-        for model in (actor_model, reference_model, critic_model, *_reward_models(reward)):
+        for model in trunks:
             last_layer.run_in_full(model)
+    actor = PolicyRole(actor_model, temperature, trainable=True, autocast=autocast, use_captured=capture,
+                       compile=compile)
+    if cfg.critic.shared_trunk:
+        critic = SharedTrunkCritic(actor, critic_model.to(next(actor_model.parameters()).device))
+    else:
+        critic = CriticRole(critic_model, autocast, compile=compile)
     return Roles(
-        actor=PolicyRole(actor_model, temperature, trainable=True, autocast=autocast, use_captured=capture,
-                         compile=compile),
+        actor=actor,
         reference=PolicyRole(reference_model, temperature, trainable=False, autocast=autocast),
-        critic=CriticRole(critic_model, autocast, compile=compile),
+        critic=critic,
         reward=reward,
         tokenizer=tokenizer,
         engine=engine_cls(actor_model, tokenizer, autocast=autocast, capture=capture),

@@ -147,14 +147,26 @@ def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: st
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask,
                   position_ids=position_ids(attention_mask), use_cache=False)
     trim = keep if (keep is not None and not compiled) else None
-    run_trunk = lambda: trunk(**kwargs).last_hidden_state.float()  # noqa: E731
-    if trim is not None and last_layer.needs_check(model):
-        last_layer.check(model, run_trunk, trim)  # fp32, once per model
+    if trim is not None:
+        check_last_layer(model, input_ids, attention_mask, trim)
     with autocast_context(model, autocast), last_layer.last_layer_at(model, trim):
-        out = run_trunk()
+        out = trunk(**kwargs).last_hidden_state.float()
     if keep is not None and out.shape[1] == input_ids.shape[1]:
         out = last_layer.take_positions(out, keep)
     return out
+
+
+def check_last_layer(model, input_ids: Tensor, attention_mask: Tensor, keep: slice | Tensor) -> None:
+    """Before ``model``'s first trimmed pass: :func:`tether.models.last_layer.check` on this batch (fp32).
+
+    Every pass that could trim calls this first, so whether a pass trims never depends on
+    which pass came first (a resumed run trims exactly where the uninterrupted one did).
+    """
+    if not last_layer.needs_check(model):
+        return
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask,
+                  position_ids=position_ids(attention_mask), use_cache=False)
+    last_layer.check(model, lambda: model.base_model(**kwargs).last_hidden_state.float(), keep)
 
 
 def _head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
@@ -164,6 +176,29 @@ def _head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
     if weight.dtype == hidden.dtype:
         return torch.nn.functional.linear(hidden, weight, bias)
     return layer(hidden.to(weight.dtype))
+
+
+def response_hidden(model, sequences: Tensor, attention_mask: Tensor, num_prompt_tokens: int,
+                    autocast: str = "none", compile: bool | str = False) -> tuple[Tensor, Tensor]:
+    """(B, A, H) final hidden states where each response token is predicted, and its (B, A) ids.
+
+    sequences, attention_mask: (B, T) with the first ``num_prompt_tokens`` the prompt, A = T - P.
+    Position t predicts token t+1: response token j is read at P - 1 + j.
+    """
+    # Keep at least the last prompt column: it predicts the first response token.
+    cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
+    sequences, attention_mask, num_prompt_tokens = sequences[:, cut:], attention_mask[:, cut:], num_prompt_tokens - cut
+    keep = slice(num_prompt_tokens - 1, sequences.shape[1] - 1)
+    hidden = hidden_states(model, sequences, attention_mask, autocast, compile, keep)
+    return hidden, sequences[:, num_prompt_tokens:]
+
+
+def logprobs_from_hidden(model, hidden: Tensor, tokens: Tensor, temperature: float = 1.0,
+                         with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """The LM head on (B, A, H) hidden states: log-probs of (B, A) ``tokens`` (and entropies)."""
+    logits = _head(model.get_output_embeddings(), hidden).float() / temperature
+    logp = token_logprobs(logits, tokens)
+    return logp, entropy_from_logits(logits) if with_entropy else None
 
 
 def response_logprobs(
@@ -182,16 +217,8 @@ def response_logprobs(
     Returns logp (B, A) and entropy (B, A) or None, where A = T - num_prompt_tokens.
     Logits are divided by ``temperature`` so the log-probs describe the sampling distribution.
     """
-    # Keep at least the last prompt column: it predicts the first response token.
-    cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
-    sequences, attention_mask, num_prompt_tokens = sequences[:, cut:], attention_mask[:, cut:], num_prompt_tokens - cut
-    # Position t predicts token t+1: response token j is predicted at P - 1 + j.
-    keep = slice(num_prompt_tokens - 1, sequences.shape[1] - 1)
-    hidden = hidden_states(model, sequences, attention_mask, autocast, compile, keep)
-    logits = _head(model.get_output_embeddings(), hidden).float() / temperature
-    logp = token_logprobs(logits, sequences[:, num_prompt_tokens:])
-    entropy = entropy_from_logits(logits) if with_entropy else None
-    return logp, entropy
+    hidden, tokens = response_hidden(model, sequences, attention_mask, num_prompt_tokens, autocast, compile)
+    return logprobs_from_hidden(model, hidden, tokens, temperature, with_entropy)
 
 
 def scalar_outputs(model, sequences: Tensor, attention_mask: Tensor, autocast: str = "none") -> Tensor:
@@ -200,13 +227,16 @@ def scalar_outputs(model, sequences: Tensor, attention_mask: Tensor, autocast: s
     return _head(score_head(model), hidden).squeeze(-1).float()
 
 
+def scalar_head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
+    """A (H -> 1) head on (..., H) hidden states, in fp32: (...)."""
+    return _head(layer, hidden).squeeze(-1).float()
+
+
 def response_values(model, sequences: Tensor, attention_mask: Tensor, num_prompt_tokens: int,
                     autocast: str = "none", compile: bool | str = False) -> Tensor:
     """(B, A) the scalar head where each response token is predicted (positions P-1 .. T-2)."""
-    cut = min(leading_padding(attention_mask, num_prompt_tokens), num_prompt_tokens - 1)
-    keep = slice(num_prompt_tokens - cut - 1, sequences.shape[1] - cut - 1)
-    hidden = hidden_states(model, sequences[:, cut:], attention_mask[:, cut:], autocast, compile, keep)
-    return _head(score_head(model), hidden).squeeze(-1).float()
+    hidden, _ = response_hidden(model, sequences, attention_mask, num_prompt_tokens, autocast, compile)
+    return scalar_head(score_head(model), hidden)
 
 
 def last_token_scores(model, sequences: Tensor, attention_mask: Tensor, autocast: str = "none") -> Tensor:

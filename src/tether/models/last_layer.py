@@ -151,9 +151,10 @@ def check(model, run_trunk, keep: slice | Tensor) -> bool:
     """Compare the trimmed trunk with the full one once, on a real batch; remember the verdict.
 
     ``run_trunk()`` returns the trunk's (B, T, H) output, or (B, K, H) while trimmed. Runs
-    without gradients; a mismatch beyond float noise turns trimming off for this model.
+    without gradients or autocast; a mismatch beyond float noise turns trimming off for this model.
     """
-    with torch.no_grad():
+    device = next(model.parameters()).device.type
+    with torch.no_grad(), torch.autocast(device, enabled=False):
         full = take_positions(run_trunk(), keep)
         with _trimmed(model, keep):
             trimmed = run_trunk()

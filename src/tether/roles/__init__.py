@@ -1,6 +1,6 @@
 """The four PPO roles as plain classes: actor/reference (policy), critic, reward source."""
 
-from tether.roles.critic import CriticRole
+from tether.roles.critic import CriticRole, SharedTrunkCritic, ValueHead
 from tether.roles.policy import PolicyRole
 from tether.roles.reward import (
     CallableReward,
@@ -18,6 +18,8 @@ __all__ = [
     "ModelReward",
     "PolicyRole",
     "RewardSource",
+    "SharedTrunkCritic",
+    "ValueHead",
     "combine_scores",
     "import_callable",
 ]

@@ -16,7 +16,7 @@ import torch
 
 from tether.data import collate_left
 from tether.models import last_layer
-from tether.models.forward import autocast_context, position_ids
+from tether.models.forward import autocast_context, check_last_layer, position_ids
 from tether.rollout.base import SamplingParams
 from tether.rollout.hf import make_rollout
 from tether.rollout.sampling import draw, filter_logits, step_logprobs
@@ -58,6 +58,7 @@ class LeanGenerationEngine:
                 positions = position_ids(mask)
                 # Only the last prompt position's output is read (the cache still gets every key).
                 last = slice(input_ids.shape[1] - 1, input_ids.shape[1])
+                check_last_layer(model, input_ids, mask, last)
                 with last_layer.last_layer_at(model, last):
                     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                                 past_key_values=cache, use_cache=True, **self._logits_kwargs())

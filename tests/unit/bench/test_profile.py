@@ -6,7 +6,11 @@ import math
 
 import pytest
 
-from tether.bench.profile import summarize_ops
+import threading
+
+import torch
+
+from tether.bench.profile import OpClock, matmul_flops, summarize_ops
 
 
 def test_summarize_ops_splits_matmul_from_the_rest():
@@ -27,6 +31,31 @@ def test_summarize_ops_with_two_streams_counts_matmul_thread_seconds_once_per_co
     assert out["non_matmul_s"] == pytest.approx(0.3)
     assert out["matmul_share"] == pytest.approx(0.8)
     assert out["streams"] == 2
+
+
+def test_summarize_ops_rates_the_executed_matmul_flops_when_given():
+    out = summarize_ops({"aten::mm": 2.0}, update_s=2.5, update_gflop=250.0, executed_gflop=180.0)
+    assert out["matmul_gflops"] == 90.0  # 180 executed GFLOP in 2 s, not the 250 counted
+    assert out["executed_matmul_gflop"] == 180.0 and out["counted_update_gflop"] == 250.0
+
+
+def test_matmul_flops_by_hand():
+    assert matmul_flops("aten::mm", [(4, 3), (3, 5)]) == 2 * 4 * 3 * 5
+    assert matmul_flops("aten::addmm", [(5,), (4, 3), (3, 5)]) == 120
+    assert matmul_flops("aten::bmm", [(2, 4, 3), (2, 3, 5)]) == 240
+    assert matmul_flops("aten::baddbmm", [(2, 4, 5), (2, 4, 3), (2, 3, 5)]) == 240
+    assert matmul_flops("aten::mul", [(4, 3), (4, 3)]) == 0
+
+
+def test_op_clock_counts_a_linear_layers_flops():
+    totals, flops = {}, {}
+    layer = torch.nn.Linear(8, 6)
+    x = torch.randn(5, 8, requires_grad=True)
+    with OpClock(totals, threading.Lock(), flops):
+        layer(x).sum().backward()
+    # Forward 2·5·8·6, then the input's and the weight's gradients: 3× in all.
+    assert sum(flops.values()) == 3 * 2 * 5 * 8 * 6
+    assert totals.get("aten::addmm", 0) > 0
 
 
 def test_summarize_ops_without_matmuls_has_no_rate():

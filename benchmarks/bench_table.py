@@ -12,6 +12,8 @@ Variants:
     bf16            ppo.autocast=bf16
     fp32+compile    ppo.compile=true
     bf16+compile    both
+    fp32+shared_trunk, bf16+shared_trunk
+                    critic.shared_trunk=true: a different model (value head on the actor)
     ablation:NAME   one default switched off (size small, --ablation-repeat runs each)
 
     python benchmarks/bench_table.py --out /tmp/bench --repeat 3 --ablations \\
@@ -41,6 +43,9 @@ VARIANTS = {
     "bf16": ("bf16", []),
     "fp32+compile": ("fp32", ["ppo.compile=true"]),
     "bf16+compile": ("bf16", ["ppo.compile=true"]),
+    # A different model (value head on the actor's trunk): reported beside, not instead of, the issue's.
+    "fp32+shared_trunk": ("fp32", ["critic.shared_trunk=true"]),
+    "bf16+shared_trunk": ("bf16", ["critic.shared_trunk=true"]),
 }
 DEFAULT_VARIANTS = ["fp32", "bf16"]
 ABLATIONS = {
@@ -140,6 +145,7 @@ def main() -> int:
     ap.add_argument("--trl-python", help="Python of a venv with trl==1.12.0: measure TRL in the same rotation.")
     ap.add_argument("--ablations", action="store_true", help="Also the ablations at size small.")
     ap.add_argument("--ablation-repeat", type=int, default=1)
+    ap.add_argument("--ablation-names", nargs="+", choices=list(ABLATIONS), help="Only these ablations.")
     ap.add_argument("--table-only", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
@@ -154,6 +160,8 @@ def main() -> int:
                     trl_point(out, args.trl_python, size, k, args.threads)
             if args.ablations and k <= args.ablation_repeat:
                 for name, (precision, overrides) in ABLATIONS.items():
+                    if args.ablation_names and name not in args.ablation_names:
+                        continue
                     tether_point(out, f"ablation:{name}", "small", precision, overrides, k, args.threads)
     print(table(out))
     return 0

@@ -1,11 +1,17 @@
-"""Does bf16 autocast learn the same as fp32? PPO on the demo task from one SFT + reward model.
+"""Do bf16 autocast and a shared actor/critic trunk learn the same as the defaults?
 
-Runs PPO with the demo preset (configs/demo/ppo.yaml) at ppo.autocast=none and =bf16 for a few
-seeds from an existing demo run directory (its task/, sft/ and rm/), then scores every final
-policy on the held-out prompts the way `tether demo` does (4 samples per prompt, gold judge).
-Prints one JSON report: gold score per run, mean and spread per precision, PPO seconds.
+PPO on the demo task from one SFT + reward model: runs the demo preset (configs/demo/ppo.yaml)
+in each variant for a few seeds from an existing demo run directory (its task/, sft/ and rm/),
+then scores every final policy on the held-out prompts the way `tether demo` does (4 samples
+per prompt, gold judge). Prints one JSON report: gold score per run, mean and spread per
+variant, PPO seconds. Variants (``--precisions``, named so for history):
+
+    none          the preset (fp32)
+    bf16          ppo.autocast=bf16
+    shared_trunk  critic.shared_trunk=true (a different model: value head on the actor)
 
     python benchmarks/bf16_learning.py --demo runs/demo --out /tmp/bf16 --seeds 0 1 --iterations 100
+    python benchmarks/bf16_learning.py --demo runs/demo --out /tmp/st --precisions none shared_trunk
 """
 
 from __future__ import annotations
@@ -20,6 +26,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 
+VARIANTS = {
+    "none": ["ppo.autocast=none"],
+    "bf16": ["ppo.autocast=bf16"],
+    "shared_trunk": ["ppo.autocast=none", "critic.shared_trunk=true"],
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--demo", required=True, help="A `tether demo` output directory (task/, sft/, rm/).")
@@ -27,7 +40,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--precisions", nargs="+", default=["none", "bf16"])
+    ap.add_argument("--precisions", nargs="+", default=["none", "bf16"], choices=list(VARIANTS))
     args = ap.parse_args()
 
     import torch
@@ -57,7 +70,7 @@ def main() -> int:
                 f"run.threads={args.threads}", f"model.name_or_path={demo / 'sft'}",
                 f"prompts={task / 'ppo_prompts.jsonl'}", f"reward.models=[{demo / 'rm'}]",
                 f"eval.prompts={task / 'eval_prompts.jsonl'}", f"ppo.iterations={args.iterations}",
-                f"ppo.autocast={precision}",
+                *VARIANTS[precision],
             ])
             t0 = time.perf_counter()
             result = run_ppo(cfg)

@@ -80,6 +80,7 @@ def test_a_shared_trunk_run_trains_and_reports_both_grad_norms():
     assert stats["ppo/val/loss"] > 0 and "ppo/policy/clipfrac" in stats
     after = t.roles.critic.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert t.update_streams() == 1  # one pass per minibatch: nothing runs side by side
 
 
 @pytest.mark.parametrize("extra, key", [(["critic.path=/some/critic"], "critic.path"),

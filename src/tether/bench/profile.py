@@ -125,7 +125,7 @@ def profiled_update(trainer, sink: dict):
             trainer.threads.wrap = wrap
         sink["ops"] = dict(totals)
         sink["matmul_gflop"] = sum(flops.values()) / 1e9
-        sink["streams"] = 2 if trainer.threads.parallel() else 1
+        sink["streams"] = trainer.update_streams()
         return out
 
     trainer.update = update

@@ -116,7 +116,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     if trainer_hook is not None:
         trainer_hook(trainer)
 
-    parallel = trainer.threads.parallel()
+    parallel = trainer.update_streams() > 1
     rows = []
     for i in range(iterations):
         prompt_ids, _ = trainer.next_prompts()

@@ -152,6 +152,11 @@ class PPOTrainer:
         shared = getattr(roles.critic, "shared_trunk", False)
         self.shared = torch.nn.ModuleList([roles.actor.model, roles.critic.model]) if shared else None
 
+    def update_streams(self) -> int:
+        """Threads that run the update's passes side by side: 2 for separate actor and critic
+        under ``ppo.parallel_roles`` on 2+ torch threads, else 1 (a shared trunk is one pass)."""
+        return 2 if self.threads.parallel() and self.shared is None else 1
+
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> dict:
         # Every random draw of iteration i derives from (seed, i): resuming needs no RNG replay.

@@ -41,6 +41,15 @@ def test_toy_phase_flops_by_hand():
     }
 
 
+def test_shared_trunk_phase_flops_by_hand():
+    # The critic is a value head on the actor: its values cost a policy-trunk pass with a
+    # hidden x 1 head, and the update trains one trunk (LM head at 2 positions, value head at 2).
+    out = iteration_flops(TOY, TOY, [3], [2], epochs=2, shared_trunk=True)
+    assert out["values"] == 2 * (160 * 5 + 4 * 2) == 1616
+    assert out["update"] == 2 * 3 * (1760 + 2 * 4 * 2) == 10656
+    assert out["reward"] == 2 * (160 * 5 + 4 * 1)
+
+
 def test_flops_add_over_episodes():
     one = iteration_flops(TOY, TOY, [3], [2], 2)
     two = iteration_flops(TOY, TOY, [3, 3], [2, 2], 2)

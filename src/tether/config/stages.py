@@ -106,7 +106,8 @@ class CriticConfig:
         "as in lm-human-preferences, instead of a separate scalar-head model. The value loss then "
         "trains the actor's trunk too, and one forward/backward pass per minibatch serves both "
         "losses, about half the update's work. critic.init and critic.path do not apply; the "
-        "checkpoint's critic/ holds the value head alone (value_head.safetensors).",
+        "checkpoint's critic/ holds the value head alone (value_head.safetensors). On the demo "
+        "task it learned less than the default critic (docs/performance.md).",
     )
 
 

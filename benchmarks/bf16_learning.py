@@ -41,6 +41,8 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--precisions", nargs="+", default=["none", "bf16"], choices=list(VARIANTS))
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="Extra PPO config overrides for every run (e.g. critic.lr=1e-3).")
     args = ap.parse_args()
 
     import torch
@@ -70,7 +72,7 @@ def main() -> int:
                 f"run.threads={args.threads}", f"model.name_or_path={demo / 'sft'}",
                 f"prompts={task / 'ppo_prompts.jsonl'}", f"reward.models=[{demo / 'rm'}]",
                 f"eval.prompts={task / 'eval_prompts.jsonl'}", f"ppo.iterations={args.iterations}",
-                *VARIANTS[precision],
+                *VARIANTS[precision], *args.set,
             ])
             t0 = time.perf_counter()
             result = run_ppo(cfg)
@@ -84,7 +86,8 @@ def main() -> int:
                          "proxy_score": summary["proxy_score"], "kl": summary["kl"], "ppo_s": seconds,
                          "train_score_last": last["objective/score"], "train_kl_last": last["objective/kl"]})
             print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-    report = {"runs": runs, "iterations": args.iterations, "threads": args.threads, "by_precision": {}}
+    report = {"runs": runs, "iterations": args.iterations, "threads": args.threads, "overrides": args.set,
+              "by_precision": {}}
     for precision in args.precisions:
         golds = [r["gold_score"] for r in runs if r["precision"] == precision]
         report["by_precision"][precision] = {

@@ -370,6 +370,7 @@ class PPOTrainer:
 
     def policy_objective(self, mb: Experience, logp, entropy, stats: dict, weight: float,
                          check_ratio: bool) -> torch.Tensor:
+        """The actor's loss from its (B, A) log-probs (and entropies); adds its stats × ``weight``."""
         p, cfg, mask = self.cfg.ppo, self.cfg, mb.rollout.response_mask
         if check_ratio:
             self.check_ratio(logp.detach(), mb.logprobs, mask)
@@ -385,6 +386,7 @@ class PPOTrainer:
         return loss
 
     def value_objective(self, mb: Experience, values, stats: dict, weight: float) -> torch.Tensor:
+        """``vf_coef`` × clipped value loss of (B, A) ``values``; adds its stats × ``weight``."""
         p = self.cfg.ppo
         vl = value_loss(values, mb.values, mb.returns, mb.rollout.response_mask, p.value_clip)
         stats["ppo/val/loss"] = stats.get("ppo/val/loss", 0.0) + float(vl.loss.detach()) * weight

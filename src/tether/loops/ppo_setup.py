@@ -76,8 +76,8 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
     reference_model = load_causal_lm(cfg.reference or policy_path, **load)
     reward = build_reward(cfg, tokenizer)
     if cfg.critic.shared_trunk:
-        hidden = actor_model.config.hidden_size
-        head = ValueHead.from_pretrained(checkpoint / "critic", hidden) if checkpoint else ValueHead(hidden)
+        # A resumed run's trained head; otherwise make_roles builds a fresh one.
+        head = ValueHead.from_pretrained(checkpoint / "critic", actor_model.config.hidden_size) if checkpoint else None
         return make_roles(cfg, actor_model, reference_model, head, reward, tokenizer)
     if cfg.critic.path:
         critic_path, head_std = cfg.critic.path, None
@@ -96,7 +96,7 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     """The four roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model.
 
     With ``critic.shared_trunk`` the critic is a value head on the actor: ``critic_model`` is
-    that :class:`ValueHead`, or any other model, which is then replaced by a fresh head.
+    that :class:`ValueHead`, or None or any other model, which is then replaced by a fresh head.
     """
     if cfg.critic.shared_trunk and not isinstance(critic_model, ValueHead):
         critic_model = ValueHead(actor_model.config.hidden_size)

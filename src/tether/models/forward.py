@@ -127,6 +127,12 @@ def compiled_trunk(model, mode: str = "default"):
     return fn
 
 
+def _trunk_kwargs(input_ids: Tensor, attention_mask: Tensor) -> dict:
+    """A decoder trunk's inputs for one cache-free pass, positions counted over real tokens."""
+    return dict(input_ids=input_ids, attention_mask=attention_mask,
+                position_ids=position_ids(attention_mask), use_cache=False)
+
+
 def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: str = "none",
                   compile: bool | str = False, keep: slice | Tensor | None = None) -> Tensor:
     """Final hidden states of the decoder trunk (no LM or scalar head), fp32.
@@ -144,8 +150,7 @@ def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: st
         # Contiguous inputs: a sliced batch's strides and offset would each trigger a recompilation.
         mode = compile if isinstance(compile, str) else "default"
         trunk, input_ids, attention_mask = compiled_trunk(model, mode), input_ids.contiguous(), attention_mask.contiguous()
-    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask,
-                  position_ids=position_ids(attention_mask), use_cache=False)
+    kwargs = _trunk_kwargs(input_ids, attention_mask)
     trim = keep if (keep is not None and not compiled) else None
     if trim is not None:
         check_last_layer(model, input_ids, attention_mask, trim)
@@ -164,8 +169,7 @@ def check_last_layer(model, input_ids: Tensor, attention_mask: Tensor, keep: sli
     """
     if not last_layer.needs_check(model):
         return
-    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask,
-                  position_ids=position_ids(attention_mask), use_cache=False)
+    kwargs = _trunk_kwargs(input_ids, attention_mask)
     last_layer.check(model, lambda: model.base_model(**kwargs).last_hidden_state.float(), keep)
 
 
@@ -176,6 +180,11 @@ def _head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
     if weight.dtype == hidden.dtype:
         return torch.nn.functional.linear(hidden, weight, bias)
     return layer(hidden.to(weight.dtype))
+
+
+def scalar_head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
+    """A (H -> 1) head on (..., H) hidden states, in fp32: (...)."""
+    return _head(layer, hidden).squeeze(-1).float()
 
 
 def response_hidden(model, sequences: Tensor, attention_mask: Tensor, num_prompt_tokens: int,
@@ -223,13 +232,7 @@ def response_logprobs(
 
 def scalar_outputs(model, sequences: Tensor, attention_mask: Tensor, autocast: str = "none") -> Tensor:
     """(B, T) the scalar head at every position of a ``*ForSequenceClassification`` model."""
-    hidden = hidden_states(model, sequences, attention_mask, autocast)
-    return _head(score_head(model), hidden).squeeze(-1).float()
-
-
-def scalar_head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
-    """A (H -> 1) head on (..., H) hidden states, in fp32: (...)."""
-    return _head(layer, hidden).squeeze(-1).float()
+    return scalar_head(score_head(model), hidden_states(model, sequences, attention_mask, autocast))
 
 
 def response_values(model, sequences: Tensor, attention_mask: Tensor, num_prompt_tokens: int,
@@ -246,4 +249,4 @@ def last_token_scores(model, sequences: Tensor, attention_mask: Tensor, autocast
     positions = torch.arange(sequences.shape[1], device=sequences.device)
     last = (attention_mask.long() * positions).argmax(dim=1, keepdim=True)  # (B, 1)
     picked = hidden_states(model, sequences, attention_mask, autocast, keep=last)[:, 0]
-    return _head(score_head(model), picked).squeeze(-1).float()
+    return scalar_head(score_head(model), picked)

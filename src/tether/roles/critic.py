@@ -102,11 +102,15 @@ class SharedTrunkCritic:
         self.policy = policy
         self.model = head
 
+    def _hidden(self, rollout: Rollout) -> tuple[Tensor, Tensor]:
+        """The actor trunk's (B, A, H) hidden states at the response positions, and the (B, A) ids."""
+        p = self.policy
+        return response_hidden(p.model, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
+                               p.autocast, p.compile)
+
     def forward(self, rollout: Rollout) -> Tensor:
         """(B, A) values with gradient (into the head and the actor's trunk); padding positions are 0."""
-        p = self.policy
-        hidden, _ = response_hidden(p.model, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
-                                    p.autocast, p.compile)
+        hidden, _ = self._hidden(rollout)
         return self.model(hidden) * rollout.response_mask
 
     def values(self, rollout: Rollout) -> Tensor:
@@ -116,7 +120,6 @@ class SharedTrunkCritic:
     def forward_with_policy(self, rollout: Rollout, with_entropy: bool) -> tuple[Tensor, Tensor | None, Tensor]:
         """One trunk pass: the actor's (B, A) log-probs, entropies or None, and (B, A) values."""
         p = self.policy
-        hidden, tokens = response_hidden(p.model, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
-                                         p.autocast, p.compile)
+        hidden, tokens = self._hidden(rollout)
         logp, entropy = logprobs_from_hidden(p.model, hidden, tokens, p.temperature, with_entropy)
         return logp, entropy, self.model(hidden) * rollout.response_mask

@@ -23,16 +23,21 @@ from contextlib import contextmanager
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tether.models.linear_backend import linear_flops
+
 MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::_mkldnn_matmul",
-              "aten::mkldnn_linear")
+              "aten::mkldnn_linear", "mkldnn::_linear_pointwise")
 
 
 def matmul_flops(name: str, shapes: list[tuple[int, ...]]) -> int:
     """FLOPs a matmul operator executed, from its tensor arguments' shapes (in call order).
 
     ``aten::mm`` (M, K) @ (K, N) and ``aten::addmm`` (bias, (M, K), (K, N)): 2·M·K·N;
-    ``aten::bmm`` / ``aten::baddbmm``: 2·B·M·K·N. Other operators: 0.
+    ``aten::bmm`` / ``aten::baddbmm``: 2·B·M·K·N; ``mkldnn::_linear_pointwise`` (oneDNN linear,
+    ``ppo.linear_backend=onednn``) (..., K) input and (N, K) weight: 2·M·K·N. Other operators: 0.
     """
+    if name == "mkldnn::_linear_pointwise" and len(shapes) >= 2:
+        return linear_flops(shapes[0], shapes[1])
     if name in ("aten::addmm", "aten::baddbmm"):
         shapes = shapes[1:]
     if name in ("aten::mm", "aten::addmm") and len(shapes) >= 2 and len(shapes[0]) == 2:
@@ -85,7 +90,7 @@ class OpClock(TorchDispatchMode):
         t0 = time.perf_counter()
         out = func(*args, **(kwargs or {}))
         elapsed = time.perf_counter() - t0
-        name = f"aten::{func.overloadpacket.__name__}"
+        name = f"{func.namespace}::{func.overloadpacket.__name__}"
         flops = 0
         if name in MATMUL_OPS:
             flops = matmul_flops(name, [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])

@@ -19,7 +19,7 @@ import time
 import torch
 
 from tether.bench.flops import iteration_flops
-from tether.bench.peak import bf16_supported, matmul_peak_gflops
+from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.profile import profiled_update, summarize_ops
 from tether.bench.setup import SIZES, build_setup
 
@@ -166,7 +166,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                    "optimizer_steps": epochs * (batch // cfg.ppo.minibatch_size),
                    "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature,
                    "parallel_roles": parallel, "autocast": cfg.ppo.autocast, "compile": cfg.ppo.compile,
-                   "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk},
+                   "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
+                   "linear_backend": cfg.ppo.linear_backend},
         "phases_note": PHASES_NOTE_PARALLEL if parallel else PHASES_NOTE,
         "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},
         "iterations_s": walls,
@@ -198,8 +199,9 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                                           executed_gflop=sink["matmul_gflop"])
         report["profile"]["profiled_update_s"] = sink["update_s"]
     if measure_peak:
-        peak = matmul_peak_gflops(precision, torch.get_num_threads())
+        peak, by_backend = machine_peak_gflops(precision, torch.get_num_threads())
         report["matmul_peak_gflops"] = peak
+        report["matmul_peak_gflops_by_backend"] = by_backend
         report["mfu_update"] = report["achieved_gflops"]["update"] / peak
         report["mfu_update_real_tokens"] = report["achieved_gflops"]["update_real_tokens"] / peak
         report["mfu_iteration"] = report["achieved_gflops"]["iteration"] / peak

@@ -15,6 +15,7 @@ from tether.errors import DataError, ModelError
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.models import last_layer
 from tether.models.forward import bf16_native, use_fp32_attention
+from tether.models.linear_backend import use_onednn_linears
 from tether.roles import (
     CallableReward,
     CriticRole,
@@ -118,6 +119,12 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     if not cfg.ppo.trim_last_layer:
         for model in trunks:
             last_layer.run_in_full(model)
+    if cfg.ppo.linear_backend == "onednn":
+        if compile:
+            log.info("ppo.compile is on: linear layers stay on aten (ppo.linear_backend=onednn ignored).")
+        else:
+            for model in trunks:
+                use_onednn_linears(model)
     actor = PolicyRole(actor_model, temperature, trainable=True, autocast=autocast, use_captured=capture,
                        compile=compile)
     if cfg.critic.shared_trunk:

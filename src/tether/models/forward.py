@@ -21,6 +21,7 @@ from torch import Tensor
 from tether.algos.logprobs import token_logprobs
 from tether.algos.losses import entropy_from_logits
 from tether.models import last_layer
+from tether.models.linear_backend import OneDNNLinear, onednn_linear
 from tether.models.loading import score_head
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
@@ -178,7 +179,8 @@ def _head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
     weight = layer.weight
     bias = getattr(layer, "bias", None)
     if weight.dtype == hidden.dtype:
-        return torch.nn.functional.linear(hidden, weight, bias)
+        linear = onednn_linear if isinstance(layer, OneDNNLinear) else torch.nn.functional.linear
+        return linear(hidden, weight, bias)
     return layer(hidden.to(weight.dtype))
 
 

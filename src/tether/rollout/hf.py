@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from tether.data import collate_left
 from tether.models.forward import autocast_context
+from tether.models.linear_backend import packed_linears
 from tether.rollout.base import SamplingParams
 from tether.rollout.sampling import step_logprobs
 from tether.types import Rollout
@@ -85,8 +88,10 @@ class HFGenerationEngine:
         capture = self.capture and not params.greedy
         if capture:
             kwargs.update(output_logits=True, return_dict_in_generate=True)
+        # fp32 oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps.
+        packing = packed_linears(self.model, len(prompt_ids)) if self.autocast == "none" else contextlib.nullcontext()
         try:
-            with autocast_context(self.model, self.autocast):
+            with autocast_context(self.model, self.autocast), packing:
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         finally:
             self.model.train(was_training)

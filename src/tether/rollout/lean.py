@@ -10,6 +10,7 @@ tokens' log-probs and entropies as it goes, so the actor needs no second forward
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import torch
@@ -17,6 +18,7 @@ import torch
 from tether.data import collate_left
 from tether.models import last_layer
 from tether.models.forward import autocast_context, check_last_layer, position_ids
+from tether.models.linear_backend import packed_linears
 from tether.rollout.base import SamplingParams
 from tether.rollout.hf import make_rollout
 from tether.rollout.sampling import draw, filter_logits, step_logprobs
@@ -51,8 +53,10 @@ class LeanGenerationEngine:
         model.eval()
         tokens, logps, entropies = [], [], []
         unfinished = torch.ones(batch, dtype=torch.bool)
+        # fp32 oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps.
+        packing = packed_linears(model, batch) if self.autocast == "none" else contextlib.nullcontext()
         try:
-            with autocast_context(model, self.autocast):
+            with autocast_context(model, self.autocast), packing:
                 cache = DynamicCache()
                 mask = attention_mask
                 positions = position_ids(mask)

@@ -45,6 +45,9 @@ def test_matmul_flops_by_hand():
     assert matmul_flops("aten::bmm", [(2, 4, 3), (2, 3, 5)]) == 240
     assert matmul_flops("aten::baddbmm", [(2, 4, 5), (2, 4, 3), (2, 3, 5)]) == 240
     assert matmul_flops("aten::mul", [(4, 3), (4, 3)]) == 0
+    # oneDNN linear: (M.., K) input, (N, K) weight -> 2·M·K·N, the weight possibly a transposed view.
+    assert matmul_flops("mkldnn::_linear_pointwise", [(2, 4, 3), (5, 3)]) == 2 * 8 * 3 * 5
+    assert matmul_flops("mkldnn::_linear_pointwise", [(8, 5), (3, 5)]) == 2 * 8 * 5 * 3
 
 
 def test_op_clock_counts_a_linear_layers_flops():
@@ -74,7 +77,26 @@ def test_bench_profile_reports_matmul_time(capsys):
     prof = json.loads(capsys.readouterr().out)["profile"]
     assert 0 < prof["matmul_s"] < prof["update_s"]
     assert prof["matmul_gflops"] > 0 and 0 < prof["matmul_fraction_of_peak"]
+    # The default ppo.linear_backend=onednn runs the linears in oneDNN; the LM head's log-softmax
+    # and attention's products are aten's.
+    assert "mkldnn::_linear_pointwise" in prof["top_ops_s"]
+    assert prof["executed_matmul_gflop"] > 0
+
+
+def test_bench_profile_counts_aten_matmuls_with_the_aten_backend(capsys):
+    import json
+
+    from tether.cli import main
+
+    assert main(["bench", "--size", "micro", "--iterations", "2", "--threads", "1", "--batch", "4",
+                 "--response-length", "4", "--epochs", "1", "--profile", "--no-peak",
+                 "ppo.linear_backend=aten"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    prof = report["profile"]
+    assert report["config"]["linear_backend"] == "aten"
+    assert "mkldnn::_linear_pointwise" not in prof["top_ops_s"]
     assert "aten::mm" in prof["top_ops_s"] or "aten::addmm" in prof["top_ops_s"]
+    assert prof["matmul_s"] > 0
 
 
 @pytest.mark.slow
@@ -95,4 +117,4 @@ def test_bench_profile_sees_the_matmuls_of_the_role_threads(capsys):
     prof = report["profile"]
     assert report["config"]["parallel_roles"] is True and prof["streams"] == 2
     # torch.profiler would see none of the workers' operators: the clock must see their matmuls.
-    assert prof["matmul_s"] > 0 and prof["top_ops_s"].get("aten::mm", 0) > 0
+    assert prof["matmul_s"] > 0 and prof["top_ops_s"].get("mkldnn::_linear_pointwise", 0) > 0

@@ -1,0 +1,162 @@
+"""fp32 linear layers through oneDNN's matmul instead of the BLAS behind ``aten::mm``.
+
+On CPU, PyTorch runs an fp32 ``nn.Linear`` (forward and both backward products) through its
+BLAS, MKL on x86 builds; bf16 matmuls already go through oneDNN. On the benchmark's AMD Zen 4
+CPU oneDNN's fp32 kernels are the faster of the two: a 2048³ matmul measures ~215 GFLOP/s on two
+threads against MKL's ~175, and at the PPO update's shapes (a few hundred rows, K and N of
+256-4096) the forward and input-gradient products run 5-30 % faster (see
+docs/performance.md). In a decode step (M = batch rows) the gap is widest once each weight is
+packed into oneDNN's blocked layout, which a rollout can do once for all its steps because the
+weights do not change while it samples.
+
+The maths is the same product; only the summation order differs, as it does between any two
+GEMM kernels. The swap is per module and reversible: :func:`use_onednn_linears` changes the
+class of a model's ``nn.Linear`` modules to :class:`OneDNNLinear` (same parameters, same
+``state_dict``, still an ``nn.Linear``), which falls back to ``F.linear`` for anything that is
+not a plain fp32 CPU product: other dtypes, other devices, or an active autocast (whose bf16
+matmuls are oneDNN's already).
+
+Why by hand: no library exposes oneDNN's fp32 linear with autograd; torch ships the kernels
+(``torch.ops.mkldnn._linear_pointwise``, used by inductor's CPU freezing passes) but uses them
+for fp32 only inside compiled inference graphs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+log = logging.getLogger(__name__)
+
+
+def onednn_available() -> bool:
+    """This torch build has oneDNN and the linear kernels this module calls."""
+    ops = torch.ops.mkldnn
+    return (torch.backends.mkldnn.is_available() and hasattr(ops, "_linear_pointwise")
+            and hasattr(ops, "_reorder_linear_weight"))
+
+
+def _mm(a: Tensor, b: Tensor) -> Tensor:
+    """(M, K) @ (N, K)ᵀ -> (M, N) in oneDNN; either operand may be a transposed view."""
+    return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+
+
+class OneDNNLinearFunction(torch.autograd.Function):
+    """``F.linear`` in fp32 on CPU with all three products in oneDNN.
+
+    x: (..., K), weight: (N, K), bias: (N,) or None -> (..., N). Backward:
+    dx = dy · W (M, N)(N, K), dW = dyᵀ · x (N, M)(M, K), db = Σ dy over rows.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(rows, weight)
+        ctx.has_bias = bias is not None
+        out = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+        return out.view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        rows, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = _mm(g, weight.t()).view(*grad.shape[:-1], weight.shape[1])
+        if ctx.needs_input_grad[1]:
+            dw = _mm(g.t(), rows.t())
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = g.sum(0)
+        return dx, dw, db
+
+
+def _eligible(x: Tensor, weight: Tensor) -> bool:
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
+            and x.numel() > 0 and not torch.is_autocast_enabled("cpu"))
+
+
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)``, through oneDNN when it is a plain fp32 CPU product."""
+    if _eligible(x, weight):
+        return OneDNNLinearFunction.apply(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+class OneDNNLinear(nn.Linear):
+    """An ``nn.Linear`` whose fp32 CPU products run in oneDNN (see the module docstring).
+
+    Inside :func:`packed_linears` and without gradients it multiplies by a copy of its weight
+    packed once into oneDNN's blocked layout.
+    """
+
+    _packed: Tensor | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        packed = self._packed
+        if packed is not None and not torch.is_grad_enabled() and _eligible(x, self.weight):
+            rows = x.reshape(-1, x.shape[-1])
+            out = torch.ops.mkldnn._linear_pointwise(rows, packed, self.bias, "none", [], "")
+            return out.view(*x.shape[:-1], self.out_features)
+        return onednn_linear(x, self.weight, self.bias)
+
+
+def use_onednn_linears(model: nn.Module) -> int:
+    """Run ``model``'s fp32 CPU ``nn.Linear`` layers in oneDNN; returns how many were switched.
+
+    Only modules whose class is exactly ``nn.Linear`` change (subclasses with their own forward,
+    e.g. quantised layers, are left alone). Parameters, buffers and ``state_dict`` are untouched,
+    so checkpoints, ``deepcopy`` and PEFT wrapping see an ordinary ``nn.Linear``.
+    """
+    if not onednn_available():
+        log.warning("oneDNN is not available in this torch build: linear layers stay on aten.")
+        return 0
+    switched = 0
+    for module in model.modules():
+        if (type(module) is nn.Linear and module.weight.device.type == "cpu"
+                and module.weight.dtype == torch.float32):
+            module.__class__ = OneDNNLinear
+            switched += 1
+    return switched
+
+
+def use_aten_linears(model: nn.Module) -> int:
+    """Undo :func:`use_onednn_linears`; returns how many modules went back to ``nn.Linear``."""
+    switched = 0
+    for module in model.modules():
+        if type(module) is OneDNNLinear:
+            module.__dict__.pop("_packed", None)
+            module.__class__ = nn.Linear
+            switched += 1
+    return switched
+
+
+@contextmanager
+def packed_linears(model: nn.Module, rows: int):
+    """Within the block, ``model``'s :class:`OneDNNLinear` layers use a packed copy of their weight
+    for gradient-free fp32 products (a decode loop: the same weights for every step).
+
+    ``rows`` is the expected number of input rows per product (the batch), a layout hint only:
+    any row count gives the right result. The weights must not change inside the block.
+    """
+    modules = [m for m in model.modules() if type(m) is OneDNNLinear and m.weight.device.type == "cpu"
+               and m.weight.dtype == torch.float32]
+    try:
+        with torch.no_grad():
+            for m in modules:
+                m._packed = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), max(int(rows), 1))
+        yield len(modules)
+    finally:
+        for m in modules:
+            m.__dict__.pop("_packed", None)
+
+
+def linear_flops(input_shape: tuple[int, ...], weight_shape: tuple[int, ...]) -> int:
+    """2·M·K·N for a (..., K) input and an (N, K) weight (M = the product of the leading dims)."""
+    if len(input_shape) < 1 or len(weight_shape) != 2:
+        return 0
+    return 2 * math.prod(input_shape[:-1]) * input_shape[-1] * weight_shape[0]

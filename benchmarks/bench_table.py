@@ -14,7 +14,8 @@ Variants:
     bf16+compile    both
     fp32+shared_trunk, bf16+shared_trunk
                     critic.shared_trunk=true: a different model (value head on the actor)
-    ablation:NAME   one default switched off (size small, --ablation-repeat runs each)
+    ablation:NAME   one default switched off (--ablation-sizes, default small; --ablation-repeat
+                    runs each)
 
     python benchmarks/bench_table.py --out /tmp/bench --repeat 3 --ablations \\
         --trl-python /work/trl-venv/bin/python
@@ -57,6 +58,7 @@ ABLATIONS = {
     "no_captured_logprobs": ("fp32", ["rollout.capture_logprobs=false"]),
     "unfused_adamw": ("fp32", ["ppo.fused_optimizer=false"]),
     "compile": ("fp32", ["ppo.compile=true"]),
+    "aten_linears": ("fp32", ["ppo.linear_backend=aten"]),
 }
 
 
@@ -143,9 +145,10 @@ def main() -> int:
     ap.add_argument("--sizes", nargs="+", default=["tiny", "small", "medium"])
     ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
     ap.add_argument("--trl-python", help="Python of a venv with trl==1.12.0: measure TRL in the same rotation.")
-    ap.add_argument("--ablations", action="store_true", help="Also the ablations at size small.")
+    ap.add_argument("--ablations", action="store_true", help="Also the ablations (at --ablation-sizes).")
     ap.add_argument("--ablation-repeat", type=int, default=1)
     ap.add_argument("--ablation-names", nargs="+", choices=list(ABLATIONS), help="Only these ablations.")
+    ap.add_argument("--ablation-sizes", nargs="+", default=["small"], help="Sizes the ablations run at.")
     ap.add_argument("--table-only", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
@@ -162,7 +165,8 @@ def main() -> int:
                 for name, (precision, overrides) in ABLATIONS.items():
                     if args.ablation_names and name not in args.ablation_names:
                         continue
-                    tether_point(out, f"ablation:{name}", "small", precision, overrides, k, args.threads)
+                    for size in args.ablation_sizes:
+                        tether_point(out, f"ablation:{name}", size, precision, overrides, k, args.threads)
     print(table(out))
     return 0
 

@@ -199,11 +199,11 @@ class PPOAlgoConfig:
     )
     linear_backend: Literal["onednn", "aten"] = option(
         "onednn",
-        "Where the models' fp32 linear layers run on CPU: 'onednn' = oneDNN's matmul (forward and "
-        "both backward products; in the decode loop each weight is packed once per rollout), "
-        "'aten' = PyTorch's default BLAS (MKL on x86). Same products up to summation order; on the "
-        "bench's AMD Zen 4 CPU oneDNN is 5-30% faster per product. bf16 autocast, GPUs and "
-        "ppo.compile always use aten.",
+        "Where the models' fp32 linear layers run on CPU: 'onednn' = oneDNN's matmul for the forward "
+        "and input-gradient products of 4M+ multiply-accumulates (in the decode loop with each "
+        "weight packed once per rollout), aten for the rest; 'aten' = PyTorch's default BLAS (MKL on "
+        "x86) throughout. Same products up to summation order; on the bench's AMD Zen 4 CPU oneDNN "
+        "is 5-30% faster at those shapes. bf16 autocast, GPUs and ppo.compile always use aten.",
     )
     compile: bool = option(
         False,

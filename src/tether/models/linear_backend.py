@@ -9,6 +9,11 @@ docs/performance.md). In a decode step (M = batch rows) the gap is widest once e
 packed into oneDNN's blocked layout, which a rollout can do once for all its steps because the
 weights do not change while it samples.
 
+oneDNN pays ~12-15 µs per call that MKL does not, and its weight-gradient product (a reduction
+over the rows) is no faster than MKL's and often slower. So only the forward and input-gradient
+products of at least :data:`MIN_MACS` multiply-accumulates go to oneDNN; smaller products and
+every weight gradient stay in aten (measured per shape by ``benchmarks/gemm_backends.py``).
+
 The maths is the same product; only the summation order differs, as it does between any two
 GEMM kernels. The swap is per module and reversible: :func:`use_onednn_linears` changes the
 class of a model's ``nn.Linear`` modules to :class:`OneDNNLinear` (same parameters, same
@@ -33,6 +38,12 @@ from torch import Tensor, nn
 
 log = logging.getLogger(__name__)
 
+#: Products (rows × in × out multiply-accumulates) below this stay in aten: oneDNN's per-call
+#: overhead outweighs its faster kernel (measured on the bench CPU: a 16 × 128 × 512 decode
+#: product takes 22-29 µs in MKL and 30-41 µs in oneDNN, a 16 × 128 × 2048 one 79-116 µs in
+#: MKL and 56-95 µs with packed oneDNN weights).
+MIN_MACS = 1 << 22
+
 
 def onednn_available() -> bool:
     """This torch build has oneDNN and the linear kernels this module calls."""
@@ -47,10 +58,11 @@ def _mm(a: Tensor, b: Tensor) -> Tensor:
 
 
 class OneDNNLinearFunction(torch.autograd.Function):
-    """``F.linear`` in fp32 on CPU with all three products in oneDNN.
+    """``F.linear`` in fp32 on CPU with the forward and input-gradient products in oneDNN.
 
     x: (..., K), weight: (N, K), bias: (N,) or None -> (..., N). Backward:
-    dx = dy · W (M, N)(N, K), dW = dyᵀ · x (N, M)(M, K), db = Σ dy over rows.
+    dx = dy · W (M, N)(N, K) in oneDNN, dW = dyᵀ · x (N, M)(M, K) in aten (as ``F.linear``'s own
+    backward computes it), db = Σ dy over rows.
     """
 
     @staticmethod
@@ -69,20 +81,23 @@ class OneDNNLinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dx = _mm(g, weight.t()).view(*grad.shape[:-1], weight.shape[1])
         if ctx.needs_input_grad[1]:
-            dw = _mm(g.t(), rows.t())
+            dw = g.t().mm(rows)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = g.sum(0)
         return dx, dw, db
 
 
-def _eligible(x: Tensor, weight: Tensor) -> bool:
+def _eligible(x: Tensor, weight: Tensor, min_macs: int) -> bool:
+    """A plain fp32 CPU product (no autocast) of at least ``min_macs`` multiply-accumulates."""
     return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and x.numel() > 0 and not torch.is_autocast_enabled("cpu"))
+            and x.numel() > 0 and not torch.is_autocast_enabled("cpu")
+            and x.numel() * weight.shape[0] >= min_macs)
 
 
-def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``F.linear(x, weight, bias)``, through oneDNN when it is a plain fp32 CPU product."""
-    if _eligible(x, weight):
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, min_macs: int | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)``, through oneDNN when it is a plain fp32 CPU product of at
+    least ``min_macs`` (default :data:`MIN_MACS`) multiply-accumulates."""
+    if _eligible(x, weight, MIN_MACS if min_macs is None else min_macs):
         return OneDNNLinearFunction.apply(x, weight, bias)
     return F.linear(x, weight, bias)
 
@@ -98,7 +113,7 @@ class OneDNNLinear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         packed = self._packed
-        if packed is not None and not torch.is_grad_enabled() and _eligible(x, self.weight):
+        if packed is not None and not torch.is_grad_enabled() and _eligible(x, self.weight, MIN_MACS):
             rows = x.reshape(-1, x.shape[-1])
             out = torch.ops.mkldnn._linear_pointwise(rows, packed, self.bias, "none", [], "")
             return out.view(*x.shape[:-1], self.out_features)
@@ -141,10 +156,11 @@ def packed_linears(model: nn.Module, rows: int):
     for gradient-free fp32 products (a decode loop: the same weights for every step).
 
     ``rows`` is the expected number of input rows per product (the batch), a layout hint only:
-    any row count gives the right result. The weights must not change inside the block.
+    any row count gives the right result. Layers whose product at ``rows`` rows is below
+    :data:`MIN_MACS` are not packed (they run in aten). The weights must not change inside the block.
     """
     modules = [m for m in model.modules() if type(m) is OneDNNLinear and m.weight.device.type == "cpu"
-               and m.weight.dtype == torch.float32]
+               and m.weight.dtype == torch.float32 and rows * m.weight.numel() >= MIN_MACS]
     try:
         with torch.no_grad():
             for m in modules:

@@ -11,6 +11,7 @@ import threading
 import torch
 
 from tether.bench.profile import OpClock, matmul_flops, summarize_ops
+from tether.models.linear_backend import onednn_available
 
 
 def test_summarize_ops_splits_matmul_from_the_rest():
@@ -77,10 +78,25 @@ def test_bench_profile_reports_matmul_time(capsys):
     prof = json.loads(capsys.readouterr().out)["profile"]
     assert 0 < prof["matmul_s"] < prof["update_s"]
     assert prof["matmul_gflops"] > 0 and 0 < prof["matmul_fraction_of_peak"]
-    # The default ppo.linear_backend=onednn runs the linears in oneDNN; the LM head's log-softmax
-    # and attention's products are aten's.
-    assert "mkldnn::_linear_pointwise" in prof["top_ops_s"]
+    # Size micro's products are below ppo.linear_backend=onednn's threshold: all in aten.
+    assert "aten::mm" in prof["top_ops_s"] or "aten::addmm" in prof["top_ops_s"]
     assert prof["executed_matmul_gflop"] > 0
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+def test_bench_profile_counts_onednn_products(capsys, monkeypatch):
+    import json
+
+    from tether.cli import main
+    from tether.models import linear_backend
+
+    monkeypatch.setattr(linear_backend, "MIN_MACS", 0)  # micro's products are below the threshold
+    assert main(["bench", "--size", "micro", "--iterations", "2", "--threads", "1", "--batch", "4",
+                 "--response-length", "4", "--epochs", "1", "--profile", "--no-peak"]) == 0
+    prof = json.loads(capsys.readouterr().out)["profile"]
+    assert prof["top_ops_s"].get("mkldnn::_linear_pointwise", 0) > 0
+    # Forward and input-gradient products in oneDNN, weight gradients in aten: both counted.
+    assert prof["top_ops_s"].get("aten::mm", 0) > 0 and prof["executed_matmul_gflop"] > 0
 
 
 def test_bench_profile_counts_aten_matmuls_with_the_aten_backend(capsys):
@@ -117,4 +133,4 @@ def test_bench_profile_sees_the_matmuls_of_the_role_threads(capsys):
     prof = report["profile"]
     assert report["config"]["parallel_roles"] is True and prof["streams"] == 2
     # torch.profiler would see none of the workers' operators: the clock must see their matmuls.
-    assert prof["matmul_s"] > 0 and prof["top_ops_s"].get("mkldnn::_linear_pointwise", 0) > 0
+    assert prof["matmul_s"] > 0 and prof["top_ops_s"].get("aten::mm", 0) > 0

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from tether.bench.profile import OpClock
+from tether.models import linear_backend
 from tether.models.linear_backend import (
     OneDNNLinear,
     linear_flops,
@@ -19,6 +20,12 @@ from tether.models.linear_backend import (
 )
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def every_product_in_onednn(monkeypatch):
+    """The test shapes are far below the size threshold: send every product to oneDNN."""
+    monkeypatch.setattr(linear_backend, "MIN_MACS", 0)
 
 
 def _close(a, b, tol=1e-5):
@@ -47,15 +54,26 @@ def test_forward_and_gradients_match_f_linear(shape, bias):
         assert _close(mine, ref)
 
 
-def test_runs_in_onednn_and_counts_three_products():
+def _products(x, w):
     totals, flops = {}, {}
-    x = torch.randn(5, 8, requires_grad=True)
-    w = torch.randn(6, 8, requires_grad=True)
     with OpClock(totals, threading.Lock(), flops):
         onednn_linear(x, w).sum().backward()
-    assert totals.get("mkldnn::_linear_pointwise", 0) > 0
-    assert "aten::mm" not in totals and "aten::addmm" not in totals
+    return totals, flops
+
+
+def test_forward_and_input_gradient_in_onednn_weight_gradient_in_aten():
+    totals, flops = _products(torch.randn(5, 8, requires_grad=True), torch.randn(6, 8, requires_grad=True))
+    assert flops["mkldnn::_linear_pointwise"] == 2 * 2 * 5 * 8 * 6
+    assert flops["aten::mm"] == 2 * 5 * 8 * 6
+
+
+def test_small_products_stay_in_aten(monkeypatch):
+    monkeypatch.setattr(linear_backend, "MIN_MACS", 5 * 8 * 6 + 1)
+    totals, flops = _products(torch.randn(5, 8, requires_grad=True), torch.randn(6, 8, requires_grad=True))
+    assert "mkldnn::_linear_pointwise" not in totals
     assert sum(flops.values()) == 3 * 2 * 5 * 8 * 6
+    monkeypatch.setattr(linear_backend, "MIN_MACS", 5 * 8 * 6)
+    assert "mkldnn::_linear_pointwise" in _products(torch.randn(5, 8), torch.randn(6, 8, requires_grad=True))[0]
 
 
 def test_only_the_needed_gradients():
@@ -141,6 +159,17 @@ def test_packed_weights_give_the_same_products_and_are_dropped_after():
             packed = model(input_ids=ids).logits
     assert _close(packed, plain)
     assert all(m._packed is None for m in model.modules() if type(m) is OneDNNLinear)
+
+
+def test_only_layers_above_the_threshold_are_packed(monkeypatch):
+    model = _llama()  # hidden 32, ffn 64, vocab 64: every layer's weight has 1024-2048 entries
+    use_onednn_linears(model)
+    monkeypatch.setattr(linear_backend, "MIN_MACS", 4 * 2048)
+    with packed_linears(model, rows=4) as n:
+        packed = {name for name, m in model.named_modules() if getattr(m, "_packed", None) is not None}
+    # The MLP's and the LM head's 2048-entry weights reach 4 x 2048; attention's 32 x 32 do not.
+    mlp = {f"model.layers.{i}.mlp.{p}" for i in range(2) for p in ("gate_proj", "up_proj", "down_proj")}
+    assert packed == mlp | {"lm_head"} and n == len(packed)
 
 
 def test_packed_weights_are_not_used_with_gradients():

@@ -157,10 +157,13 @@ def packed_linears(model: nn.Module, rows: int):
 
     ``rows`` is the expected number of input rows per product (the batch), a layout hint only:
     any row count gives the right result. Layers whose product at ``rows`` rows is below
-    :data:`MIN_MACS` are not packed (they run in aten). The weights must not change inside the block.
+    :data:`MIN_MACS` are not packed (they run in aten), and nothing is packed when entered under
+    CPU autocast (its bf16 products never use the packed weights). The weights must not change
+    inside the block.
     """
-    modules = [m for m in model.modules() if type(m) is OneDNNLinear and m.weight.device.type == "cpu"
-               and m.weight.dtype == torch.float32 and rows * m.weight.numel() >= MIN_MACS]
+    modules = [] if torch.is_autocast_enabled("cpu") else [
+        m for m in model.modules() if type(m) is OneDNNLinear and m.weight.device.type == "cpu"
+        and m.weight.dtype == torch.float32 and rows * m.weight.numel() >= MIN_MACS]
     try:
         with torch.no_grad():
             for m in modules:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from tether.data import collate_left
@@ -88,10 +86,9 @@ class HFGenerationEngine:
         capture = self.capture and not params.greedy
         if capture:
             kwargs.update(output_logits=True, return_dict_in_generate=True)
-        # fp32 oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps.
-        packing = packed_linears(self.model, len(prompt_ids)) if self.autocast == "none" else contextlib.nullcontext()
         try:
-            with autocast_context(self.model, self.autocast), packing:
+            # fp32 oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps.
+            with autocast_context(self.model, self.autocast), packed_linears(self.model, len(prompt_ids)):
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         finally:
             self.model.train(was_training)

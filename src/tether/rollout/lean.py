@@ -10,7 +10,6 @@ tokens' log-probs and entropies as it goes, so the actor needs no second forward
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 
 import torch
@@ -53,10 +52,9 @@ class LeanGenerationEngine:
         model.eval()
         tokens, logps, entropies = [], [], []
         unfinished = torch.ones(batch, dtype=torch.bool)
-        # fp32 oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps.
-        packing = packed_linears(model, batch) if self.autocast == "none" else contextlib.nullcontext()
         try:
-            with autocast_context(model, self.autocast), packing:
+            # fp32 oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps.
+            with autocast_context(model, self.autocast), packed_linears(model, batch):
                 cache = DynamicCache()
                 mask = attention_mask
                 positions = position_ids(mask)

@@ -172,6 +172,13 @@ def test_only_layers_above_the_threshold_are_packed(monkeypatch):
     assert packed == mlp | {"lm_head"} and n == len(packed)
 
 
+def test_nothing_is_packed_under_autocast():
+    model = _llama()
+    use_onednn_linears(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16), packed_linears(model, rows=4) as n:
+        assert n == 0 and model.lm_head._packed is None
+
+
 def test_packed_weights_are_not_used_with_gradients():
     model = _llama()
     use_onednn_linears(model)

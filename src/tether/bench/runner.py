@@ -22,6 +22,7 @@ from tether.bench.flops import iteration_flops
 from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.profile import profiled_update, summarize_ops
 from tether.bench.setup import SIZES, build_setup
+from tether.placement.memory import retain_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     dims = SIZES[size]
     cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
                                                         seed=seed) + list(overrides))
+    retained = cfg.run.retain_memory and retain_freed_memory()
     setup = build_setup(dims, n_prompts=batch * iterations, seed=seed)
     m = setup.models
     roles = make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer)
@@ -120,9 +122,11 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     rows = []
     for i in range(iterations):
         prompt_ids, _ = trainer.next_prompts()
+        faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         stats = trainer.step()
         wall = time.perf_counter() - t0
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
         # FLOPs are linear in each episode's lengths, so the mean response length gives the exact sum.
         lengths = [stats["response/length_mean"]] * len(prompt_ids)
         # The convention: every episode counts the batch's longest prompt (the rollout batch
@@ -143,7 +147,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         rows.append({"wall": wall, "phases": phases, "flops": flops, "flops_real": flops_real,
                      "generated_tokens": sum(lengths),
                      "trained_tokens": epochs * sum(len(p) + a for p, a in zip(prompt_ids, lengths)),
-                     "ratio_deviation": trainer.last_ratio_deviation,
+                     "ratio_deviation": trainer.last_ratio_deviation, "page_faults": faults,
                      "score": stats.get("objective/score"), "kl": stats.get("objective/kl")})
         log.info("iteration %d: %.3f s", i + 1, wall)
         print(f"[bench {size} {precision}] iteration {i + 1}/{iterations}: {wall:.3f} s", file=sys.stderr, flush=True)
@@ -167,7 +171,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                    "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature,
                    "parallel_roles": parallel, "autocast": cfg.ppo.autocast, "compile": cfg.ppo.compile,
                    "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
-                   "linear_backend": cfg.ppo.linear_backend},
+                   "linear_backend": cfg.ppo.linear_backend, "retain_memory": retained},
         "phases_note": PHASES_NOTE_PARALLEL if parallel else PHASES_NOTE,
         "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},
         "iterations_s": walls,
@@ -176,6 +180,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         "generated_tokens_per_s": _median([r["generated_tokens"] / max(r["phases"]["generate"], 1e-9) for r in timed]),
         "trained_tokens_per_s": _median([r["trained_tokens"] / max(r["phases"]["update"], 1e-9) for r in timed]),
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        "page_faults_per_iteration": _median([r["page_faults"] for r in timed]),
         "flops_gflop": flops_g,
         "flops_real_tokens_gflop": flops_real_g,
         "achieved_gflops": {
@@ -228,7 +233,7 @@ def combine_runs(reports: list[dict]) -> dict:
     out["achieved_gflops"] = {k: statistics.median(r["achieved_gflops"][k] for r in reports)
                               for k in reports[0]["achieved_gflops"]}
     for key in ("generated_tokens_per_s", "trained_tokens_per_s", "matmul_peak_gflops", "mfu_update",
-                "mfu_update_real_tokens", "mfu_iteration", "first_iteration_s"):
+                "mfu_update_real_tokens", "mfu_iteration", "first_iteration_s", "page_faults_per_iteration"):
         if key in reports[0]:
             out[key] = statistics.median(r[key] for r in reports)
     out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in reports)
@@ -238,7 +243,7 @@ def combine_runs(reports: list[dict]) -> dict:
 
 
 def _run_digest(report: dict) -> dict:
-    keys = ("iteration_s", "phases_s", "matmul_peak_gflops", "mfu_update", "profile")
+    keys = ("iteration_s", "phases_s", "matmul_peak_gflops", "mfu_update", "page_faults_per_iteration", "profile")
     return {k: report[k] for k in keys if k in report} | {"load_avg_1m": report["cpu"]["load_avg_1m"]}
 
 

@@ -13,16 +13,20 @@ from tqdm.auto import tqdm
 from tether.errors import TrainingError
 from tether.checkpoint import latest_checkpoint
 from tether.metrics import MetricsLogger
+from tether.placement.memory import retain_freed_memory
 from tether.runs import MANIFEST, atomic_write_dir, check_run_dir, seed_everything, set_threads
 
 
 def begin_run(cfg, stage: str, resume: bool) -> Path | None:
-    """Threads, seeds, a read-only check of ``run.out``; the checkpoint to resume from (or None).
+    """Threads, the allocator, seeds, a read-only check of ``run.out``; the checkpoint to resume
+    from (or None).
 
     Inputs are loaded and checked after this and before the run directory is touched, so bad
     input leaves nothing behind.
     """
     set_threads(cfg.run.threads)
+    if cfg.run.retain_memory:
+        retain_freed_memory()
     seed_everything(cfg.run.seed)
     check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
     return latest_checkpoint(cfg.run.out) if resume else None

@@ -113,11 +113,26 @@ class OneDNNLinear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         packed = self._packed
-        if packed is not None and not torch.is_grad_enabled() and _eligible(x, self.weight, MIN_MACS):
-            rows = x.reshape(-1, x.shape[-1])
-            out = torch.ops.mkldnn._linear_pointwise(rows, packed, self.bias, "none", [], "")
-            return out.view(*x.shape[:-1], self.out_features)
+        if packed is not None and not torch.is_grad_enabled():
+            if packed.dtype == torch.float32 and _eligible(x, self.weight, MIN_MACS):
+                return self._packed_product(x, packed, self.bias)
+            if packed.dtype == torch.bfloat16 and _bf16_autocast_product(x):
+                # What autocast's bf16 linear computes (bf16 operands, bf16 result), with the weight
+                # cast and packed once for the whole block instead of reordered on every call.
+                bias = None if self.bias is None else self.bias.to(torch.bfloat16)
+                return self._packed_product(x.to(torch.bfloat16), packed, bias)
         return onednn_linear(x, self.weight, self.bias)
+
+    def _packed_product(self, x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def _bf16_autocast_product(x: Tensor) -> bool:
+    """A CPU product that autocast would run in bf16 right now."""
+    return (x.device.type == "cpu" and x.numel() > 0 and x.dtype in (torch.float32, torch.bfloat16)
+            and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
 
 
 def use_onednn_linears(model: nn.Module) -> int:
@@ -153,21 +168,25 @@ def use_aten_linears(model: nn.Module) -> int:
 @contextmanager
 def packed_linears(model: nn.Module, rows: int):
     """Within the block, ``model``'s :class:`OneDNNLinear` layers use a packed copy of their weight
-    for gradient-free fp32 products (a decode loop: the same weights for every step).
+    for gradient-free products (a decode loop: the same weights for every step).
 
+    Entered without autocast, the copies are fp32 and serve fp32 products; entered under CPU
+    bf16 autocast, they are bf16 and serve the products autocast runs in bf16 (bf16 operands and
+    result, as autocast's own linear). Under another autocast dtype nothing is packed.
     ``rows`` is the expected number of input rows per product (the batch), a layout hint only:
     any row count gives the right result. Layers whose product at ``rows`` rows is below
-    :data:`MIN_MACS` are not packed (they run in aten), and nothing is packed when entered under
-    CPU autocast (its bf16 products never use the packed weights). The weights must not change
-    inside the block.
+    :data:`MIN_MACS` are not packed (they run in aten). The weights must not change inside the
+    block.
     """
-    modules = [] if torch.is_autocast_enabled("cpu") else [
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32
+    modules = [] if dtype not in (torch.float32, torch.bfloat16) else [
         m for m in model.modules() if type(m) is OneDNNLinear and m.weight.device.type == "cpu"
         and m.weight.dtype == torch.float32 and rows * m.weight.numel() >= MIN_MACS]
     try:
         with torch.no_grad():
             for m in modules:
-                m._packed = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), max(int(rows), 1))
+                weight = m.weight.detach().to(dtype)
+                m._packed = torch.ops.mkldnn._reorder_linear_weight(weight, max(int(rows), 1))
         yield len(modules)
     finally:
         for m in modules:

@@ -172,10 +172,39 @@ def test_only_layers_above_the_threshold_are_packed(monkeypatch):
     assert packed == mlp | {"lm_head"} and n == len(packed)
 
 
-def test_nothing_is_packed_under_autocast():
+def test_under_bf16_autocast_bf16_copies_are_packed_and_give_autocasts_products():
     model = _llama()
     use_onednn_linears(model)
-    with torch.autocast("cpu", dtype=torch.bfloat16), packed_linears(model, rows=4) as n:
+    ids = torch.randint(0, 64, (4, 9))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = model(input_ids=ids).logits
+        with packed_linears(model, rows=4) as n:
+            assert n == sum(type(m) is OneDNNLinear for m in model.modules())
+            assert model.lm_head._packed.dtype == torch.bfloat16
+            packed = model(input_ids=ids).logits
+    assert packed.dtype == plain.dtype == torch.bfloat16
+    # The same bf16 products; only the kernels' summation order differs (a bf16 ulp is 2^-8).
+    assert torch.allclose(packed.float(), plain.float(), rtol=2e-2, atol=2e-2)
+    assert all(m._packed is None for m in model.modules() if type(m) is OneDNNLinear)
+
+
+def test_bf16_packed_weights_serve_only_bf16_autocast():
+    model = _llama()
+    use_onednn_linears(model)
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16), packed_linears(model, rows=4):
+            layer = model.model.layers[0].mlp.up_proj
+            with torch.autocast("cpu", enabled=False):
+                fp32 = layer(x)  # autocast off inside the block: the fp32 weight, not the bf16 copy
+        assert fp32.dtype == torch.float32
+        assert _close(fp32, torch.nn.functional.linear(x, layer.weight))
+
+
+def test_nothing_is_packed_under_fp16_autocast():
+    model = _llama()
+    use_onednn_linears(model)
+    with torch.autocast("cpu", dtype=torch.float16), packed_linears(model, rows=4) as n:
         assert n == 0 and model.lm_head._packed is None
 
 

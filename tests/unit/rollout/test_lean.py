@@ -38,3 +38,23 @@ def test_lean_matches_generate_with_a_trimmed_prefill():
                                  PARAMS.temperature)
     real = want.response_mask.bool()
     torch.testing.assert_close(got.sampled_logprobs[real], fresh[real], rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_decode_with_packed_weights_samples_what_autocast_samples(monkeypatch):
+    from tether.models import linear_backend
+
+    monkeypatch.setattr(linear_backend, "MIN_MACS", 0)  # the micro model's products are all tiny
+    setup = build_setup(SIZES["micro"], 4, seed=5)
+    model = setup.models["policy"]
+    plain = copy.deepcopy(model)
+    want = sample(LeanGenerationEngine(plain, setup.tokenizer, autocast="bf16"), setup)
+
+    linear_backend.use_onednn_linears(model)
+    packed = []
+    model.lm_head.register_forward_hook(lambda m, args, out: packed.append(m._packed.dtype))
+    got = sample(LeanGenerationEngine(model, setup.tokenizer, autocast="bf16"), setup)
+
+    assert packed and set(packed) == {torch.bfloat16}, "the decode steps did not use bf16 packed weights"
+    assert torch.equal(got.response_ids, want.response_ids)
+    real = want.response_mask.bool()
+    torch.testing.assert_close(got.sampled_logprobs[real], want.sampled_logprobs[real], rtol=0, atol=2e-2)

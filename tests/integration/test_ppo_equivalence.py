@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 
 ITERATIONS = 3
 STRAIGHTFORWARD = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
-                   "ppo.parallel_roles=false", "ppo.trim_last_layer=false", "ppo.linear_backend=aten"]
+                   "ppo.parallel_roles=false", "ppo.balance_roles=false", "ppo.trim_last_layer=false",
+                   "ppo.linear_backend=aten"]
 NONE_BUT = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
             "ppo.trim_last_layer=false", "ppo.linear_backend=aten"]
 OPTIMISATIONS = {
@@ -133,6 +134,35 @@ def test_parallel_roles_give_the_same_run(reference):
     finally:
         torch.set_num_threads(before)
     assert_same_run(got, reference)
+
+
+def test_balanced_roles_give_the_same_run_every_time(reference, monkeypatch):
+    """The two update threads share their weight-gradient products (ppo.balance_roles): the
+    same run as the straightforward one, and bit for bit the same run twice."""
+    import tether.loops.ppo as ppo_loop
+
+    shared = []
+
+    class Recorded(ppo_loop.WeightGradWork):
+        def __init__(self, producers):
+            super().__init__(producers)
+            shared.append(self)
+
+    monkeypatch.setattr(ppo_loop, "WeightGradWork", Recorded)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        overrides = ["ppo.parallel_roles=true", "ppo.balance_roles=true", "ppo.trim_last_layer=false",
+                     "ppo.linear_backend=onednn"]
+        first, second = run(overrides), run(overrides)
+    finally:
+        torch.set_num_threads(before)
+    assert shared and sum(sum(w.done_here.values()) for w in shared) > 0, "no product was shared"
+    assert_same_run(first, reference)
+    for a, b in zip(first["history"], second["history"]):
+        assert a == b
+    for key, update in first["updates"].items():
+        assert torch.equal(update, second["updates"][key]), key
 
 
 @pytest.mark.skipif(not os.environ.get("TETHER_TEST_COMPILE"),

@@ -189,6 +189,13 @@ class PPOAlgoConfig:
         "optimisers); faster because one stream of small-batch ops leaves cores idle between "
         "kernels. No effect on GPUs or with one thread.",
     )
+    balance_roles: bool = option(
+        True,
+        "With ppo.parallel_roles: the two threads share the models' weight-gradient products "
+        "(fp32 oneDNN linears, ppo.linear_backend=onednn), so the thread that ends its own pass "
+        "first (the critic's: no LM head) takes over the other's remaining ones. Same products, "
+        "same gradients. Only without gradient accumulation (ppo.grad_accum_steps=1).",
+    )
     trim_last_layer: bool = option(
         True,
         "Run each model's last decoder layer only at the positions PPO reads (response positions "

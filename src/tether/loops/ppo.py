@@ -64,6 +64,7 @@ from tether.checkpoint import (
     truncate_metrics,
 )
 from tether.eval.health import HealthMonitor, append_alarms
+from tether.models.linear_backend import WeightGradWork
 from tether.placement.threads import RoleThreads
 from tether.metrics import JsonlWriter, MetricsLogger
 from tether.runs import prepare_run_dir
@@ -298,11 +299,13 @@ class PPOTrainer:
             named = [("policy and value loss", passes[0])]
             passes = [passes[0], passes[0]]
         else:
-            jobs = [partial(self.role_pass, self.critic_loss, self.roles.critic.model, micros, weights)]
+            role_jobs = [(self.critic_loss, self.roles.critic.model)]
             if actor_on:
-                actor_loss = partial(self.actor_loss, check_ratio=check_ratio)
-                jobs.append(partial(self.role_pass, actor_loss, self.roles.actor.model, micros, weights))
-            passes = self.threads.run(jobs)
+                role_jobs.append((partial(self.actor_loss, check_ratio=check_ratio), self.roles.actor.model))
+            # ppo.balance_roles: the two threads share their weight-gradient products.
+            share = p.balance_roles and len(role_jobs) > 1 and len(micros) == 1 and self.update_streams() > 1
+            work = WeightGradWork(producers=len(role_jobs)) if share else None
+            passes = self.threads.run([partial(self.role_pass, fn, model, micros, weights, work) for fn, model in role_jobs])
             named = [("value loss", passes[0])] + ([("policy loss", passes[1])] if actor_on else [])
         stats: dict[str, float] = {}
         for _, rp in named:
@@ -328,19 +331,32 @@ class PPOTrainer:
         stats["optim/skipped_steps"] = float(self.guard.skipped)
         return stats
 
-    def role_pass(self, loss_fn, model, micros: list[Experience], weights: list[float]) -> RolePass:
-        """Forward and backward of one role over the micro-batches, then its gradient norm (clipped)."""
+    def role_pass(self, loss_fn, model, micros: list[Experience], weights: list[float],
+                  work: WeightGradWork | None = None) -> RolePass:
+        """Forward and backward of one role over the micro-batches, then its gradient norm (clipped).
+
+        ``work``: weight-gradient products shared with the other role's thread (``ppo.balance_roles``);
+        this pass queues its own and, after its backward, computes whichever are left.
+        """
         stats: dict[str, float] = {}
         losses = []
         span = self.update_timer
-        for mb, weight in zip(micros, weights):
-            with span("update/forward"):
-                loss = loss_fn(mb, stats, weight)
-            losses.append(loss.detach())
-            if not bool(torch.isfinite(loss).all()):
-                return RolePass(stats, losses, None)
+        finite = True
+        with work.deferring() if work is not None else contextlib.nullcontext():
+            for mb, weight in zip(micros, weights):
+                with span("update/forward"):
+                    loss = loss_fn(mb, stats, weight)
+                losses.append(loss.detach())
+                if not bool(torch.isfinite(loss).all()):
+                    finite = False
+                    break
+                with span("update/backward"):
+                    (loss * weight).backward()
+        if work is not None:
             with span("update/backward"):
-                (loss * weight).backward()
+                work.finish()
+        if not finite:
+            return RolePass(stats, losses, None)
         with span("update/optimizer"):
             norm = grad_norm(model, self.cfg.ppo.max_grad_norm)
         return RolePass(stats, losses, norm)

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+from collections import deque
 from contextlib import contextmanager
 
 import torch
@@ -81,10 +83,87 @@ class OneDNNLinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dx = _mm(g, weight.t()).view(*grad.shape[:-1], weight.shape[1])
         if ctx.needs_input_grad[1]:
-            dw = g.t().mm(rows)
+            shared = getattr(_DEFERRING, "work", None)
+            if shared is not None and weight.is_leaf:
+                shared.put(weight, g, rows)  # accumulated into weight.grad by whichever thread takes it
+            else:
+                dw = g.t().mm(rows)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = g.sum(0)
         return dx, dw, db
+
+
+class WeightGradWork:
+    """Weight-gradient products that the update's threads share (``ppo.balance_roles``).
+
+    With the actor's and the critic's passes side by side, the critic's (no LM head) ends first
+    and its thread would wait for the actor's. Inside :meth:`deferring`,
+    :class:`OneDNNLinearFunction`'s backward does not compute its weight gradient
+    dW = dyᵀ · x (N, M)(M, K): it queues it here, to be computed and accumulated into the
+    weight's ``.grad`` by whichever thread calls :meth:`finish` first. Each thread calls it
+    after its own backward, so the thread that is done early takes over the other's products.
+
+    The products are the same ones ``backward`` would compute, with the same kernel; each weight
+    gets exactly one product per backward, so which thread computes it changes nothing.
+    :meth:`finish` returns once every producer has ended and every queued product is done. A
+    weight may be queued once per round: one backward per model (no gradient accumulation over
+    micro-batches, which would sum two products into one ``.grad`` from two threads).
+    """
+
+    def __init__(self, producers: int):
+        self._cond = threading.Condition()
+        self._queue: deque = deque()
+        self._producers = producers
+        self._running = 0
+        self.done_here: dict[int, int] = {}  # thread ident -> products computed (for tests and profiles)
+
+    def put(self, weight: Tensor, grad_rows: Tensor, input_rows: Tensor) -> None:
+        with self._cond:
+            self._queue.append((weight, grad_rows, input_rows))
+            self._cond.notify()
+
+    @contextmanager
+    def deferring(self):
+        """Within the block, this thread's :class:`OneDNNLinearFunction` backward queues its weight
+        gradients here; leaving it counts this thread's producer as ended."""
+        _DEFERRING.work = self
+        try:
+            yield self
+        finally:
+            _DEFERRING.work = None
+            with self._cond:
+                self._producers -= 1
+                self._cond.notify_all()
+
+    def finish(self) -> None:
+        """Compute queued products until none is left and no producer is running; then wait for
+        the products other threads are still computing."""
+        me = threading.get_ident()
+        while True:
+            with self._cond:
+                while not self._queue and self._producers > 0:
+                    self._cond.wait()
+                if not self._queue:
+                    while self._running:
+                        self._cond.wait()
+                    return
+                weight, g, rows = self._queue.popleft()
+                self._running += 1
+            try:
+                with torch.no_grad():
+                    dw = g.t().mm(rows)
+                    if weight.grad is None:
+                        weight.grad = dw
+                    else:
+                        weight.grad.add_(dw)
+                self.done_here[me] = self.done_here.get(me, 0) + 1
+            finally:
+                with self._cond:
+                    self._running -= 1
+                    self._cond.notify_all()
+
+
+_DEFERRING = threading.local()
 
 
 def _eligible(x: Tensor, weight: Tensor, min_macs: int) -> bool:

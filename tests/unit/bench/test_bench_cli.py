@@ -33,6 +33,8 @@ def test_bench_prints_valid_json(capsys):
     assert report["flops_gflop"]["update"] >= report["flops_real_tokens_gflop"]["update"] > 0
     assert report["matmul_peak_gflops"] > 0
     assert report["ratio_deviation_max"] < 1e-3
+    assert report["page_faults_per_iteration"] >= 0
+    assert set(report["config"]) >= {"linear_backend", "retain_memory", "balance_roles"}
 
 
 def test_bench_scaling_mode_prints_every_point(capsys, monkeypatch):

@@ -11,6 +11,7 @@ from tether.bench.profile import OpClock
 from tether.models import linear_backend
 from tether.models.linear_backend import (
     OneDNNLinear,
+    WeightGradWork,
     linear_flops,
     onednn_available,
     onednn_linear,
@@ -221,3 +222,75 @@ def test_linear_flops_by_hand():
     assert linear_flops((2, 3, 8), (5, 8)) == 2 * 6 * 8 * 5
     assert linear_flops((8,), (5, 8)) == 2 * 1 * 8 * 5
     assert linear_flops((4, 8), (5,)) == 0
+
+
+def _two_layer_grads(model, x):
+    model.zero_grad(set_to_none=True)
+    model(x).square().sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _mlp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 8, bias=False))
+    use_onednn_linears(model)
+    return model
+
+
+def test_deferred_weight_gradients_are_computed_by_the_thread_that_finishes():
+    model, x = _mlp(), torch.randn(5, 16)
+    want = _two_layer_grads(model, x)
+    model.zero_grad(set_to_none=True)
+    work = WeightGradWork(producers=2)
+    def other_role():  # a thread with no products of its own: it ends its pass, then finishes
+        with work.deferring():
+            pass
+        work.finish()
+
+    helper = threading.Thread(target=other_role)
+    helper.start()
+    with work.deferring():
+        model(x).square().sum().backward()
+        # Inside the block the weight gradients are queued, not computed (the biases are not products).
+        assert model[0].weight.grad is None and model[2].weight.grad is None
+        assert model[0].bias.grad is not None
+    helper.join(timeout=30)
+    assert not helper.is_alive()
+    work.finish()  # nothing left: returns at once
+    assert work.done_here == {helper.ident: 2}
+    for name, p in model.named_parameters():
+        assert torch.equal(p.grad, want[name]), name  # the same product, the same kernel
+
+
+def test_deferred_gradients_add_to_existing_ones():
+    model, x = _mlp(), torch.randn(5, 16)
+    want = _two_layer_grads(model, x)
+    model(x).square().sum().backward()  # a second, ordinary backward on top of the first
+    twice = {n: p.grad.clone() for n, p in model.named_parameters()}
+    assert torch.allclose(twice["0.weight"], 2 * want["0.weight"])
+    model.zero_grad(set_to_none=True)
+    model(x).square().sum().backward()
+    work = WeightGradWork(producers=1)
+    with work.deferring():
+        model(x).square().sum().backward()
+    work.finish()
+    for name, p in model.named_parameters():
+        assert torch.equal(p.grad, twice[name]), name
+
+
+def test_a_failed_pass_still_ends_its_producer():
+    work = WeightGradWork(producers=2)
+    with pytest.raises(RuntimeError, match="boom"):
+        with work.deferring():
+            raise RuntimeError("boom")
+    with work.deferring():
+        pass
+    finished = threading.Event()
+    threading.Thread(target=lambda: (work.finish(), finished.set())).start()
+    assert finished.wait(timeout=30), "finish() waited for a producer that had failed"
+
+
+def test_outside_deferring_backward_computes_weight_gradients_itself():
+    model, x = _mlp(), torch.randn(5, 16)
+    model(x).square().sum().backward()
+    assert model[0].weight.grad is not None and model[2].weight.grad is not None

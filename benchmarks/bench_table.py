@@ -59,6 +59,8 @@ ABLATIONS = {
     "unfused_adamw": ("fp32", ["ppo.fused_optimizer=false"]),
     "compile": ("fp32", ["ppo.compile=true"]),
     "aten_linears": ("fp32", ["ppo.linear_backend=aten"]),
+    "no_retain_memory": ("fp32", ["run.retain_memory=false"]),
+    "unbalanced_roles": ("fp32", ["ppo.balance_roles=false"]),
 }
 
 

@@ -192,7 +192,8 @@ class PPOAlgoConfig:
     balance_roles: bool = option(
         True,
         "With ppo.parallel_roles: the two threads share the models' weight-gradient products "
-        "(fp32 oneDNN linears, ppo.linear_backend=onednn), so the thread that ends its own pass "
+        "(linear layers of 4M+ multiply-accumulates, fp32 or bf16 autocast; needs "
+        "ppo.linear_backend=onednn), so the thread that ends its own pass "
         "first (the critic's: no LM head) takes over the other's remaining ones. Same products, "
         "same gradients. Only without gradient accumulation (ppo.grad_accum_steps=1).",
     )

@@ -93,14 +93,56 @@ class OneDNNLinearFunction(torch.autograd.Function):
         return dx, dw, db
 
 
+class BF16LinearFunction(torch.autograd.Function):
+    """What CPU bf16 autocast computes for a linear layer, as one autograd node whose weight
+    gradient can be shared between threads (:class:`WeightGradWork`).
+
+    x: (..., K) fp32 or bf16, weight: (N, K) fp32, bias: (N,) or None -> (..., N) bf16. The
+    operands are cast to bf16 and multiplied in bf16, as autocast does; backward computes
+    dx = dy · W and dW = dyᵀ · x in bf16 and casts them back to x's and the weight's dtypes, as
+    autocast's casts do in their backward.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        w16 = weight.to(torch.bfloat16)
+        b16 = None if bias is None else bias.to(torch.bfloat16)
+        ctx.save_for_backward(rows, w16)
+        ctx.weight = weight  # the fp32 parameter a shared product accumulates into
+        ctx.x_dtype, ctx.has_bias = x.dtype, bias is not None
+        with torch.autocast("cpu", enabled=False):
+            out = F.linear(rows, w16, b16)
+        return out.view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        rows, w16 = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1]).to(torch.bfloat16)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = g.mm(w16).view(*grad.shape[:-1], w16.shape[1]).to(ctx.x_dtype)
+        if ctx.needs_input_grad[1]:
+            shared = getattr(_DEFERRING, "work", None)
+            if shared is not None and ctx.weight.is_leaf:
+                shared.put(ctx.weight, g, rows)
+            else:
+                dw = g.t().mm(rows).to(ctx.weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = g.sum(0).to(ctx.weight.dtype)
+        ctx.weight = None
+        return dx, dw, db
+
+
 class WeightGradWork:
     """Weight-gradient products that the update's threads share (``ppo.balance_roles``).
 
     With the actor's and the critic's passes side by side, the critic's (no LM head) ends first
-    and its thread would wait for the actor's. Inside :meth:`deferring`,
-    :class:`OneDNNLinearFunction`'s backward does not compute its weight gradient
-    dW = dyᵀ · x (N, M)(M, K): it queues it here, to be computed and accumulated into the
-    weight's ``.grad`` by whichever thread calls :meth:`finish` first. Each thread calls it
+    and its thread would wait for the actor's. Inside :meth:`deferring`, the backward of
+    :class:`OneDNNLinearFunction` (fp32) and of :class:`BF16LinearFunction` (the same layers'
+    products under bf16 autocast) does not compute its weight gradient dW = dyᵀ · x
+    (N, M)(M, K): it queues it here, to be computed and accumulated into the weight's
+    ``.grad`` by whichever thread calls :meth:`finish` first. Each thread calls it
     after its own backward, so the thread that is done early takes over the other's products.
 
     The products are the same ones ``backward`` would compute, with the same kernel; each weight
@@ -151,7 +193,7 @@ class WeightGradWork:
                 self._running += 1
             try:
                 with torch.no_grad():
-                    dw = g.t().mm(rows)
+                    dw = g.t().mm(rows).to(weight.dtype)  # bf16 products: cast back, as autocast does
                     if weight.grad is None:
                         weight.grad = dw
                     else:
@@ -200,6 +242,11 @@ class OneDNNLinear(nn.Linear):
                 # cast and packed once for the whole block instead of reordered on every call.
                 bias = None if self.bias is None else self.bias.to(torch.bfloat16)
                 return self._packed_product(x.to(torch.bfloat16), packed, bias)
+        if (torch.is_grad_enabled() and getattr(_DEFERRING, "work", None) is not None
+                and self.weight.dtype == torch.float32 and _bf16_autocast_product(x)
+                and x.numel() * self.out_features >= MIN_MACS):
+            # Autocast's bf16 product as one node, so that its weight gradient can be shared.
+            return BF16LinearFunction.apply(x, self.weight, self.bias)
         return onednn_linear(x, self.weight, self.bias)
 
     def _packed_product(self, x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:

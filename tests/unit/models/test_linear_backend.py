@@ -1,5 +1,6 @@
 """fp32 linears through oneDNN: same products as ``F.linear`` (up to summation order), reversible."""
 
+import contextlib
 import copy
 import threading
 
@@ -294,3 +295,29 @@ def test_outside_deferring_backward_computes_weight_gradients_itself():
     model, x = _mlp(), torch.randn(5, 16)
     model(x).square().sum().backward()
     assert model[0].weight.grad is not None and model[2].weight.grad is not None
+
+
+def test_bf16_autocast_products_are_shared_as_autocast_computes_them():
+    model = _llama()
+    use_onednn_linears(model)
+    ids = torch.randint(0, 64, (2, 7))
+
+    def grads_and_logits(work=None):
+        model.zero_grad(set_to_none=True)
+        block = work.deferring() if work is not None else contextlib.nullcontext()
+        with block, torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(input_ids=ids).logits
+            logits.float().square().mean().backward()
+        if work is not None:
+            work.finish()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    want_logits, want = grads_and_logits()
+    work = WeightGradWork(producers=1)
+    got_logits, got = grads_and_logits(work)
+    assert sum(work.done_here.values()) == sum(type(m) is OneDNNLinear for m in model.modules())
+    assert got_logits.dtype == want_logits.dtype == torch.bfloat16
+    assert torch.equal(got_logits, want_logits)
+    for name, g in want.items():
+        assert g.dtype == got[name].dtype == torch.float32
+        assert torch.equal(got[name], g), name  # the same bf16 products and casts as autocast's

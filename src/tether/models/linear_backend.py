@@ -130,7 +130,6 @@ class BF16LinearFunction(torch.autograd.Function):
                 dw = g.t().mm(rows).to(ctx.weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = g.sum(0).to(ctx.weight.dtype)
-        ctx.weight = None
         return dx, dw, db
 
 
@@ -157,6 +156,7 @@ class WeightGradWork:
         self._queue: deque = deque()
         self._producers = producers
         self._running = 0
+        self._results: list[tuple[Tensor, Tensor]] = []
         self.done_here: dict[int, int] = {}  # thread ident -> products computed (for tests and profiles)
 
     def put(self, weight: Tensor, grad_rows: Tensor, input_rows: Tensor) -> None:
@@ -178,8 +178,15 @@ class WeightGradWork:
                 self._cond.notify_all()
 
     def finish(self) -> None:
-        """Compute queued products until none is left and no producer is running; then wait for
-        the products other threads are still computing."""
+        """Compute queued products until none is left and no producer is running, wait for the
+        products other threads are still computing, then make sure every result is in its
+        weight's ``.grad``.
+
+        Results are added to ``.grad`` only once every backward has ended, by the first thread
+        to get there and under the lock (the other waits for it): a weight that autograd also
+        accumulates into (an LM head tied to the embedding) is never written by two threads at
+        once, and no thread reads its model's gradients before they are all there.
+        """
         me = threading.get_ident()
         while True:
             with self._cond:
@@ -188,21 +195,30 @@ class WeightGradWork:
                 if not self._queue:
                     while self._running:
                         self._cond.wait()
+                    self._apply()
                     return
                 weight, g, rows = self._queue.popleft()
                 self._running += 1
             try:
                 with torch.no_grad():
                     dw = g.t().mm(rows).to(weight.dtype)  # bf16 products: cast back, as autocast does
-                    if weight.grad is None:
-                        weight.grad = dw
-                    else:
-                        weight.grad.add_(dw)
-                self.done_here[me] = self.done_here.get(me, 0) + 1
+                with self._cond:
+                    self._results.append((weight, dw))
+                    self.done_here[me] = self.done_here.get(me, 0) + 1
             finally:
                 with self._cond:
                     self._running -= 1
                     self._cond.notify_all()
+
+    def _apply(self) -> None:
+        """Add every computed product to its weight's ``.grad`` (called with the lock held)."""
+        with torch.no_grad():
+            for weight, dw in self._results:
+                if weight.grad is None:
+                    weight.grad = dw
+                else:
+                    weight.grad.add_(dw)
+        self._results.clear()
 
 
 _DEFERRING = threading.local()

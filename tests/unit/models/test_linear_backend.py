@@ -321,3 +321,37 @@ def test_bf16_autocast_products_are_shared_as_autocast_computes_them():
     for name, g in want.items():
         assert g.dtype == got[name].dtype == torch.float32
         assert torch.equal(got[name], g), name  # the same bf16 products and casts as autocast's
+
+
+def test_a_tied_weight_gets_both_gradients_once_every_backward_has_ended():
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(64, 32)
+    head = torch.nn.Linear(32, 64, bias=False)
+    head.weight = emb.weight  # an LM head tied to the embedding: autograd also writes this .grad
+    use_onednn_linears(head)
+    ids = torch.randint(0, 64, (3, 5))
+
+    def loss():
+        return head(emb(ids)).square().mean()
+
+    loss().backward()
+    want = emb.weight.grad.clone()
+    emb.weight.grad = None
+    work = WeightGradWork(producers=2)
+    helper_done = threading.Event()
+
+    def other_role():  # takes the head's product while the main thread is still in its backward
+        with work.deferring():
+            pass
+        work.finish()
+        helper_done.set()
+
+    helper = threading.Thread(target=other_role)
+    helper.start()
+    with work.deferring():
+        loss().backward()
+        assert not helper_done.is_set()  # it cannot finish before this backward has ended
+    helper.join(timeout=30)
+    work.finish()
+    assert sum(work.done_here.values()) == 1
+    assert torch.equal(emb.weight.grad, want)

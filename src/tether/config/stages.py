@@ -211,7 +211,8 @@ class PPOAlgoConfig:
         "and input-gradient products of 4M+ multiply-accumulates (in the decode loop with each "
         "weight packed once per rollout), aten for the rest; 'aten' = PyTorch's default BLAS (MKL on "
         "x86) throughout. Same products up to summation order; on the bench's AMD Zen 4 CPU oneDNN "
-        "is 5-30% faster at those shapes. bf16 autocast, GPUs and ppo.compile always use aten.",
+        "is 5-30% faster at those shapes. Under bf16 autocast the decode loop packs bf16 copies of "
+        "the same weights; the update's bf16 products, GPUs and ppo.compile use aten.",
     )
     compile: bool = option(
         False,

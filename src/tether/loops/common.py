@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -141,3 +144,23 @@ def steps_for(n_examples: int, batch_size: int, epochs: float, max_steps: int | 
     if max_steps:
         return max_steps
     return max(1, math.ceil(epochs * n_examples / batch_size))
+
+
+class Timer:
+    """Seconds per named span, summed; safe to use from the role threads (their spans add up)."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def add(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.times[f"timing/{name}"] = self.times.get(f"timing/{name}", 0.0) + seconds
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)

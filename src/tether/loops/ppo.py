@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import sys
-import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -39,6 +37,7 @@ from tether.config import PPOConfig
 from tether.errors import TrainingError
 from tether.loops.common import (
     NonFiniteGuard,
+    Timer,
     begin_run,
     grad_norm,
     make_optimizer,
@@ -52,8 +51,10 @@ from tether.loops.ppo_setup import (
     ScoreNormalizer,
     build_evaluator,
     build_roles,
+    iteration_seed,
     kl_controller,
     load_prompt_set,
+    prompt_indices,
     sampling_params,
 )
 from tether.checkpoint import (
@@ -80,26 +81,6 @@ def tqdm_write(text: str) -> None:
     tqdm.write(text, file=sys.stderr)
 
 
-class Timer:
-    """Seconds per named span, summed; safe to use from the role threads (their spans add up)."""
-
-    def __init__(self):
-        self.times: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def add(self, name: str, seconds: float) -> None:
-        with self._lock:
-            self.times[f"timing/{name}"] = self.times.get(f"timing/{name}", 0.0) + seconds
-
-    @contextlib.contextmanager
-    def __call__(self, name: str):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(name, time.perf_counter() - t0)
-
-
 @dataclass
 class RolePass:
     """One role's forward/backward passes over a minibatch's micro-batches (run in its own thread)."""
@@ -107,22 +88,6 @@ class RolePass:
     stats: dict
     losses: list[torch.Tensor]  # detached, one per micro-batch done; stops at the first non-finite
     grad_norm: float | None  # None when a loss was not finite (no clipping done)
-
-
-def iteration_seed(seed: int, iteration: int) -> int:
-    return (seed * 1_000_003 + iteration * 7919) % (2**63 - 1)
-
-
-def prompt_indices(n: int, batch_size: int, iteration: int, seed: int) -> list[int]:
-    """Indices of iteration ``iteration``'s prompts: consecutive slices of per-pass shuffles."""
-    orders: dict[int, list[int]] = {}
-    out = []
-    for k in range(iteration * batch_size, (iteration + 1) * batch_size):
-        pass_idx, j = divmod(k, n)
-        if pass_idx not in orders:
-            orders[pass_idx] = random.Random(seed * 1_000_003 + pass_idx).sample(range(n), n)
-        out.append(orders[pass_idx][j])
-    return out
 
 
 class PPOTrainer:

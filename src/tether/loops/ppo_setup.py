@@ -1,8 +1,10 @@
-"""Build the four PPO roles, the prompt set and the score normaliser from a :class:`PPOConfig`."""
+"""Build the four PPO roles, the prompt set and the score normaliser from a :class:`PPOConfig`;
+the seeded order in which iterations draw prompts."""
 
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,3 +226,20 @@ def build_evaluator(cfg: PPOConfig, roles: Roles):
                            cfg.rollout.max_prompt_length, limit=cfg.eval.max_prompts)
     judge = import_callable(cfg.eval.judge) if cfg.eval.judge else None
     return HeldOutEvaluator(held.ids, held.texts, sampling_params(cfg), cfg.run.seed, roles.reward, judge)
+
+
+def iteration_seed(seed: int, iteration: int) -> int:
+    """The torch seed of iteration ``iteration``: every draw of an iteration derives from it."""
+    return (seed * 1_000_003 + iteration * 7919) % (2**63 - 1)
+
+
+def prompt_indices(n: int, batch_size: int, iteration: int, seed: int) -> list[int]:
+    """Indices of iteration ``iteration``'s prompts: consecutive slices of per-pass shuffles."""
+    orders: dict[int, list[int]] = {}
+    out = []
+    for k in range(iteration * batch_size, (iteration + 1) * batch_size):
+        pass_idx, j = divmod(k, n)
+        if pass_idx not in orders:
+            orders[pass_idx] = random.Random(seed * 1_000_003 + pass_idx).sample(range(n), n)
+        out.append(orders[pass_idx][j])
+    return out

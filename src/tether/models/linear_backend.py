@@ -83,14 +83,27 @@ class OneDNNLinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dx = _mm(g, weight.t()).view(*grad.shape[:-1], weight.shape[1])
         if ctx.needs_input_grad[1]:
-            shared = getattr(_DEFERRING, "work", None)
-            if shared is not None and weight.is_leaf:
-                shared.put(weight, g, rows)  # accumulated into weight.grad by whichever thread takes it
-            else:
-                dw = g.t().mm(rows)
+            dw = _weight_grad_or_share(weight, g, rows)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = g.sum(0)
         return dx, dw, db
+
+
+def _weight_grad(weight: Tensor, grad_rows: Tensor, input_rows: Tensor) -> Tensor:
+    """dW = dyᵀ · x (N, M)(M, K), in the weight's dtype (a bf16 product is cast back, as autocast's
+    cast does in its backward)."""
+    return grad_rows.t().mm(input_rows).to(weight.dtype)
+
+
+def _weight_grad_or_share(weight: Tensor, grad_rows: Tensor, input_rows: Tensor) -> Tensor | None:
+    """The weight gradient for ``backward`` to return, or None when this thread is inside
+    :meth:`WeightGradWork.deferring`: then the product is queued there, and whichever thread takes
+    it adds it to ``weight.grad``."""
+    shared = getattr(_DEFERRING, "work", None)
+    if shared is None or not weight.is_leaf:
+        return _weight_grad(weight, grad_rows, input_rows)
+    shared.put(weight, grad_rows, input_rows)
+    return None
 
 
 class BF16LinearFunction(torch.autograd.Function):
@@ -123,11 +136,7 @@ class BF16LinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dx = g.mm(w16).view(*grad.shape[:-1], w16.shape[1]).to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
-            shared = getattr(_DEFERRING, "work", None)
-            if shared is not None and ctx.weight.is_leaf:
-                shared.put(ctx.weight, g, rows)
-            else:
-                dw = g.t().mm(rows).to(ctx.weight.dtype)
+            dw = _weight_grad_or_share(ctx.weight, g, rows)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = g.sum(0).to(ctx.weight.dtype)
         return dx, dw, db
@@ -140,9 +149,10 @@ class WeightGradWork:
     and its thread would wait for the actor's. Inside :meth:`deferring`, the backward of
     :class:`OneDNNLinearFunction` (fp32) and of :class:`BF16LinearFunction` (the same layers'
     products under bf16 autocast) does not compute its weight gradient dW = dyᵀ · x
-    (N, M)(M, K): it queues it here, to be computed and accumulated into the weight's
-    ``.grad`` by whichever thread calls :meth:`finish` first. Each thread calls it
-    after its own backward, so the thread that is done early takes over the other's products.
+    (N, M)(M, K): it queues it here, to be computed by whichever thread calls :meth:`finish`
+    first. Each thread calls it after its own backward, so the thread that is done early takes
+    over the other's products; the results go into the weights' ``.grad`` once both backwards
+    have ended.
 
     The products are the same ones ``backward`` would compute, with the same kernel; each weight
     gets exactly one product per backward, so which thread computes it changes nothing.
@@ -166,8 +176,10 @@ class WeightGradWork:
 
     @contextmanager
     def deferring(self):
-        """Within the block, this thread's :class:`OneDNNLinearFunction` backward queues its weight
-        gradients here; leaving it counts this thread's producer as ended."""
+        """Within the block, this thread's :class:`OneDNNLinearFunction` and
+        :class:`BF16LinearFunction` backwards queue their weight gradients here (and
+        :class:`OneDNNLinear` runs its bf16 autocast products as :class:`BF16LinearFunction`);
+        leaving it counts this thread's producer as ended."""
         _DEFERRING.work = self
         try:
             yield self
@@ -199,14 +211,15 @@ class WeightGradWork:
                     return
                 weight, g, rows = self._queue.popleft()
                 self._running += 1
+            dw = None
             try:
                 with torch.no_grad():
-                    dw = g.t().mm(rows).to(weight.dtype)  # bf16 products: cast back, as autocast does
-                with self._cond:
-                    self._results.append((weight, dw))
-                    self.done_here[me] = self.done_here.get(me, 0) + 1
+                    dw = _weight_grad(weight, g, rows)
             finally:
                 with self._cond:
+                    if dw is not None:
+                        self._results.append((weight, dw))
+                        self.done_here[me] = self.done_here.get(me, 0) + 1
                     self._running -= 1
                     self._cond.notify_all()
 

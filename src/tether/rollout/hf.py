@@ -87,7 +87,8 @@ class HFGenerationEngine:
         if capture:
             kwargs.update(output_logits=True, return_dict_in_generate=True)
         try:
-            # fp32 oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps.
+            # oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps
+            # (bf16 copies under bf16 autocast).
             with autocast_context(self.model, self.autocast), packed_linears(self.model, len(prompt_ids)):
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         finally:

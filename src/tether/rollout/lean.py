@@ -53,7 +53,8 @@ class LeanGenerationEngine:
         tokens, logps, entropies = [], [], []
         unfinished = torch.ones(batch, dtype=torch.bool)
         try:
-            # fp32 oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps.
+            # oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps
+            # (bf16 copies under bf16 autocast).
             with autocast_context(model, self.autocast), packed_linears(model, batch):
                 cache = DynamicCache()
                 mask = attention_mask

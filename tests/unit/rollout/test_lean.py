@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from tether.bench.setup import SIZES, build_setup
 from tether.models import last_layer
 from tether.models.forward import response_logprobs
+from tether.models.linear_backend import onednn_available
 from tether.rollout import HFGenerationEngine, LeanGenerationEngine, SamplingParams
 
 PARAMS = SamplingParams(max_new_tokens=6, temperature=0.9)
@@ -40,6 +42,7 @@ def test_lean_matches_generate_with_a_trimmed_prefill():
     torch.testing.assert_close(got.sampled_logprobs[real], fresh[real], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN: nothing is packed")
 def test_bf16_decode_with_packed_weights_samples_what_autocast_samples(monkeypatch):
     from tether.models import linear_backend
 

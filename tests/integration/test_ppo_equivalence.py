@@ -136,6 +136,28 @@ def test_parallel_roles_give_the_same_run(reference):
     assert_same_run(got, reference)
 
 
+def test_a_compiled_update_runs_its_roles_one_after_the_other(caplog):
+    # Two threads compiling their trunks at once deadlocked in dynamo: with ppo.compile the
+    # trainer keeps a single update stream even where it could run two. (Nothing compiles here.)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cfg = load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + ["ppo.compile=true"])
+        setup = build_setup(SIZES["micro"], n_prompts=8, seed=3)
+        m = setup.models
+        with caplog.at_level("WARNING", logger="tether.loops.ppo"):
+            trainer = PPOTrainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"],
+                                                 setup.tokenizer), setup.prompts)
+        assert trainer.update_streams() == 1 and not trainer.threads.parallel()
+        assert "ppo.parallel_roles ignored" in caplog.text
+        cfg = load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32"))
+        trainer = PPOTrainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"],
+                                             setup.tokenizer), setup.prompts)
+        assert trainer.update_streams() == 2  # the same machine without ppo.compile: side by side
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_balanced_roles_give_the_same_run_bit_for_bit(reference, monkeypatch, precision):
     """The two update threads share their weight-gradient products (ppo.balance_roles): the same

@@ -187,7 +187,8 @@ class PPOAlgoConfig:
         "On a CPU with 2+ torch threads, run the actor's and the critic's update passes side by side "
         "in two threads, each with half the torch threads. Same maths (separate models, losses and "
         "optimisers); faster because one stream of small-batch ops leaves cores idle between "
-        "kernels. No effect on GPUs or with one thread.",
+        "kernels. No effect on GPUs, with one thread, or with ppo.compile (compiling in two threads "
+        "at once can deadlock).",
     )
     balance_roles: bool = option(
         True,
@@ -218,7 +219,8 @@ class PPOAlgoConfig:
         False,
         "torch.compile the actor's and critic's trunk for the update's forward and backward (fused "
         "elementwise kernels). Needs a C++ compiler; the first iteration pays the compilation "
-        "(minutes on a laptop CPU, cached on disk for later runs).",
+        "(minutes on a laptop CPU, cached on disk for later runs). The actor's and the critic's passes "
+        "then run one after the other (ppo.parallel_roles is ignored).",
     )
     compile_mode: Literal["default", "max-autotune"] = option(
         "default",

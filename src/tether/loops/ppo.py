@@ -113,7 +113,13 @@ class PPOTrainer:
         self.update_timer = Timer()
         # The actor's and the critic's update passes side by side on a multi-core CPU.
         on_cpu = next(roles.actor.model.parameters()).device.type == "cpu"
-        self.threads = RoleThreads(2 if p.parallel_roles and on_cpu else 1)
+        side_by_side = p.parallel_roles and on_cpu
+        if side_by_side and p.compile:
+            # Two threads compiling their trunks at once deadlocked in dynamo (bf16, small, session 7).
+            log.warning("ppo.compile is on: the actor's and the critic's update passes run one after the "
+                        "other (ppo.parallel_roles ignored; torch.compile in two threads at once can deadlock).")
+            side_by_side = False
+        self.threads = RoleThreads(2 if side_by_side else 1)
         # critic.shared_trunk: the parameters both losses train, for one joint gradient clip.
         shared = getattr(roles.critic, "shared_trunk", False)
         self.shared = torch.nn.ModuleList([roles.actor.model, roles.critic.model]) if shared else None

@@ -139,21 +139,22 @@ def test_parallel_roles_give_the_same_run(reference):
 def test_a_compiled_update_runs_its_roles_one_after_the_other(caplog):
     # Two threads compiling their trunks at once deadlocked in dynamo: with ppo.compile the
     # trainer keeps a single update stream even where it could run two. (Nothing compiles here.)
+    setup = build_setup(SIZES["micro"], n_prompts=8, seed=3)
+    m = setup.models
+
+    def trainer(*extra: str) -> PPOTrainer:
+        cfg = load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + list(extra))
+        roles = make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer)
+        return PPOTrainer(cfg, roles, setup.prompts)
+
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        cfg = load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + ["ppo.compile=true"])
-        setup = build_setup(SIZES["micro"], n_prompts=8, seed=3)
-        m = setup.models
         with caplog.at_level("WARNING", logger="tether.loops.ppo"):
-            trainer = PPOTrainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"],
-                                                 setup.tokenizer), setup.prompts)
-        assert trainer.update_streams() == 1 and not trainer.threads.parallel()
+            compiled = trainer("ppo.compile=true")
+        assert compiled.update_streams() == 1 and not compiled.threads.parallel()
         assert "ppo.parallel_roles ignored" in caplog.text
-        cfg = load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32"))
-        trainer = PPOTrainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"],
-                                             setup.tokenizer), setup.prompts)
-        assert trainer.update_streams() == 2  # the same machine without ppo.compile: side by side
+        assert trainer().update_streams() == 2  # the same machine without ppo.compile: side by side
     finally:
         torch.set_num_threads(before)
 

@@ -112,10 +112,26 @@ def _med(reports: list[dict], *keys):
     return statistics.median(values) if values else None
 
 
+def machines(points: dict[tuple[str, str], list[dict]], out: Path) -> list[str]:
+    """The CPUs the tether reports ran on, one line each. Reports from before session 8 name none:
+    then ``machine.json`` in ``out`` (a ``cpu_description()`` written beside them), if any."""
+    from tether.bench.machine import describe
+
+    fallback = out / "machine.json"
+    unnamed = (describe(json.loads(fallback.read_text())) + " (machine.json)" if fallback.exists()
+               else "CPU not recorded (reports before session 8)")
+    seen = {describe(r["cpu"]) if r.get("cpu", {}).get("model") else unnamed
+            for (_, name), reports in points.items() if name != "trl" for r in reports}
+    return sorted(seen)
+
+
 def table(out: Path) -> str:
     points = load_points(out)
     sizes = ["tiny", "small", "medium"]
-    rows = ["| size | variant | s/iteration (median of runs) | runs | TRL 1.12 fp32, same rotation | × TRL | "
+    cpus = machines(points, out)
+    header = [f"Machine: {cpus[0]}" if len(cpus) == 1 else
+              "Machines (the points ran on different CPUs and do not compare): " + "; ".join(cpus), ""]
+    rows = header + ["| size | variant | s/iteration (median of runs) | runs | TRL 1.12 fp32, same rotation | × TRL | "
             "target (× TRL) | generate | update | mfu_update | update matmuls GFLOP/s (share) | peak |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     keys = sorted((k for k in points if k[1] != "trl"), key=lambda k: (sizes.index(k[0]), k[1]))

@@ -19,6 +19,7 @@ import time
 import torch
 
 from tether.bench.flops import iteration_flops
+from tether.bench.machine import cpu_description
 from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.profile import profiled_update, summarize_ops
 from tether.bench.setup import SIZES, build_setup
@@ -193,8 +194,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         "ratio_deviation_max": max(r["ratio_deviation"] for r in rows),
         "torch_threads": torch.get_num_threads(),
         "versions": versions(),
-        "cpu": {"capability": torch.backends.cpu.get_cpu_capability(), "bf16_native": bf16_supported(),
-                "load_avg_1m": _load()},
+        "cpu": cpu_description() | {"bf16_native": bf16_supported(), "load_avg_1m": _load()},
     }
     if profile:
         sink: dict = {}
@@ -297,5 +297,5 @@ def run_scaling(size: str, precision: str, epochs: int, threads: int, iterations
                                   for a, v in out["response_length"].items()}
     out["torch_threads"] = torch.get_num_threads()
     out["versions"] = versions()
-    out["cpu"] = {"load_avg_1m": _load()}
+    out["cpu"] = cpu_description() | {"load_avg_1m": _load()}
     return out

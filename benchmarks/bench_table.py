@@ -59,6 +59,8 @@ ABLATIONS = {
     "unfused_adamw": ("fp32", ["ppo.fused_optimizer=false"]),
     "compile": ("fp32", ["ppo.compile=true"]),
     "aten_linears": ("fp32", ["ppo.linear_backend=aten"]),
+    # ppo.linear_backend=auto picks aten on Intel CPUs: there this is the switched-off variant.
+    "onednn_linears": ("fp32", ["ppo.linear_backend=onednn"]),
     "no_retain_memory": ("fp32", ["run.retain_memory=false"]),
     "unbalanced_roles": ("fp32", ["ppo.balance_roles=false"]),
 }
@@ -115,7 +117,7 @@ def _med(reports: list[dict], *keys):
 def machines(points: dict[tuple[str, str], list[dict]], out: Path) -> list[str]:
     """The CPUs the tether reports ran on, one line each. Reports from before session 8 name none:
     then ``machine.json`` in ``out`` (a ``cpu_description()`` written beside them), if any."""
-    from tether.bench.machine import describe
+    from tether.placement.cpu import describe
 
     fallback = out / "machine.json"
     unnamed = (describe(json.loads(fallback.read_text())) + " (machine.json)" if fallback.exists()

@@ -19,10 +19,11 @@ import time
 import torch
 
 from tether.bench.flops import iteration_flops
-from tether.bench.machine import cpu_description
+from tether.placement.cpu import cpu_description
 from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.profile import profiled_update, summarize_ops
 from tether.bench.setup import SIZES, build_setup
+from tether.models.linear_backend import resolve_backend
 from tether.placement.memory import retain_freed_memory
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                    "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature,
                    "parallel_roles": parallel, "autocast": cfg.ppo.autocast, "compile": cfg.ppo.compile,
                    "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
-                   "linear_backend": cfg.ppo.linear_backend, "retain_memory": retained,
+                   "linear_backend": cfg.ppo.linear_backend,
+                   "linear_backend_resolved": resolve_backend(cfg.ppo.linear_backend), "retain_memory": retained,
                    "balance_roles": cfg.ppo.balance_roles},
         "phases_note": PHASES_NOTE_PARALLEL if parallel else PHASES_NOTE,
         "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},

@@ -17,7 +17,7 @@ from tether.errors import DataError, ModelError
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.models import last_layer
 from tether.models.forward import bf16_native, use_fp32_attention
-from tether.models.linear_backend import use_onednn_linears
+from tether.models.linear_backend import resolve_backend, use_onednn_linears
 from tether.roles import (
     CallableReward,
     CriticRole,
@@ -121,7 +121,10 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     if not cfg.ppo.trim_last_layer:
         for model in trunks:
             last_layer.run_in_full(model)
-    if cfg.ppo.linear_backend == "onednn":
+    backend = resolve_backend(cfg.ppo.linear_backend)
+    if cfg.ppo.linear_backend == "auto":
+        log.info("ppo.linear_backend=auto: %s on this CPU.", backend)
+    if backend == "onednn":
         if compile:
             log.info("ppo.compile is on: linear layers stay on aten (ppo.linear_backend=onednn ignored).")
         else:

@@ -54,6 +54,31 @@ def onednn_available() -> bool:
             and hasattr(ops, "_reorder_linear_weight"))
 
 
+#: ``ppo.linear_backend=auto`` by CPU vendor, from in-process A/Bs of whole PPO iterations
+#: (docs/performance.md): on an AMD EPYC Zen 4 oneDNN's products were 5-30 % faster (sessions
+#: 5-7); on an Intel Xeon with AMX MKL was as fast or faster (tiny fp32 0.362 vs 0.388 s per
+#: iteration, small fp32 2.162 vs 2.196 s, medium fp32 4.19 vs 4.16 s; session 8). CPUs not
+#: listed (never measured) keep PyTorch's own default.
+AUTO_BACKEND_BY_VENDOR = {"AuthenticAMD": "onednn", "GenuineIntel": "aten"}
+
+
+def resolve_backend(choice: str, vendor: str | None = None) -> str:
+    """The backend ``ppo.linear_backend=choice`` means on this machine: "onednn" or "aten".
+
+    "auto" looks ``vendor`` (default: this CPU's) up in :data:`AUTO_BACKEND_BY_VENDOR`, "aten" for
+    any other; "onednn" becomes "aten" when this torch build lacks the kernels.
+    """
+    if choice not in ("auto", "onednn", "aten"):
+        raise ValueError(f"linear backend must be 'auto', 'onednn' or 'aten', got {choice!r}")
+    if choice == "auto":
+        if vendor is None:
+            from tether.placement.cpu import cpu_vendor
+
+            vendor = cpu_vendor()
+        choice = AUTO_BACKEND_BY_VENDOR.get(vendor or "", "aten")
+    return choice if choice == "aten" or onednn_available() else "aten"
+
+
 def _mm(a: Tensor, b: Tensor) -> Tensor:
     """(M, K) @ (N, K)ᵀ -> (M, N) in oneDNN; either operand may be a transposed view."""
     return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")

@@ -92,7 +92,8 @@ def test_bench_profile_counts_onednn_products(capsys, monkeypatch):
 
     monkeypatch.setattr(linear_backend, "MIN_MACS", 0)  # micro's products are below the threshold
     assert main(["bench", "--size", "micro", "--iterations", "2", "--threads", "1", "--batch", "4",
-                 "--response-length", "4", "--epochs", "1", "--profile", "--no-peak"]) == 0
+                 "--response-length", "4", "--epochs", "1", "--profile", "--no-peak",
+                 "ppo.linear_backend=onednn"]) == 0
     prof = json.loads(capsys.readouterr().out)["profile"]
     assert prof["top_ops_s"].get("mkldnn::_linear_pointwise", 0) > 0
     # Forward and input-gradient products in oneDNN, weight gradients in aten: both counted.

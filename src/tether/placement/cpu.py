@@ -1,15 +1,18 @@
-"""Which CPU a benchmark ran on, recorded with its numbers.
+"""Which CPU this is: for the linear backend's default and for every benchmark report.
 
-Bench results only compare within one machine type: between session 7 (AMD EPYC Zen 4) and
-session 8 (an Intel Xeon with AMX) the same code and TRL 1.12 both changed speed, by different
-factors. So every report names the CPU model and the matmul features that decide which kernels
-run (AMX and AVX512-BF16 for bf16, AVX-512 for fp32), read from ``/proc/cpuinfo`` on Linux.
+The fastest fp32 matmul library depends on the CPU: oneDNN beat MKL by 5-30 % at the PPO
+shapes on an AMD EPYC Zen 4, MKL matched or beat oneDNN on an Intel Xeon with AMX
+(docs/performance.md, sessions 5-8). ``ppo.linear_backend=auto`` picks by :func:`cpu_vendor`.
+Bench results, likewise, only compare within one machine type, so every report names the CPU
+model and the matmul features that decide which kernels run (AMX and AVX512-BF16 for bf16,
+AVX-512 for fp32), read from ``/proc/cpuinfo`` on Linux.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -61,3 +64,9 @@ def describe(cpu: dict) -> str:
     if cpu.get("flags"):
         parts.append(" ".join(cpu["flags"]))
     return ", ".join(parts)
+
+
+@lru_cache(maxsize=1)
+def cpu_vendor() -> str | None:
+    """``GenuineIntel``, ``AuthenticAMD``, ... from ``/proc/cpuinfo``; None where it cannot be read."""
+    return cpu_description()["vendor"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether.bench.machine import cpu_description, describe, parse_cpuinfo
+from tether.placement.cpu import cpu_description, describe, parse_cpuinfo
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel

@@ -1,0 +1,53 @@
+"""``ppo.linear_backend=auto``: the backend each CPU vendor measured faster with, applied by make_roles."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tether.bench.runner import bench_overrides
+from tether.bench.setup import SIZES, build_setup
+from tether.config import PPOConfig, load_config
+from tether.loops.ppo_setup import make_roles
+from tether.models import linear_backend
+from tether.models.linear_backend import OneDNNLinear, onednn_available, resolve_backend
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+def test_auto_is_onednn_on_amd_and_aten_on_intel_and_unmeasured_cpus():
+    assert resolve_backend("auto", vendor="AuthenticAMD") == "onednn"
+    assert resolve_backend("auto", vendor="GenuineIntel") == "aten"
+    assert resolve_backend("auto", vendor="ARM") == "aten"  # never measured: PyTorch's default
+    assert resolve_backend("auto", vendor="") == "aten"
+    # Explicit choices are kept whatever the CPU.
+    assert resolve_backend("onednn", vendor="GenuineIntel") == "onednn"
+    assert resolve_backend("aten", vendor="AuthenticAMD") == "aten"
+
+
+def test_onednn_falls_back_to_aten_without_the_kernels(monkeypatch):
+    monkeypatch.setattr(linear_backend, "onednn_available", lambda: False)
+    assert resolve_backend("onednn") == "aten"
+    assert resolve_backend("auto", vendor="AuthenticAMD") == "aten"
+
+
+def test_an_unknown_backend_is_a_clear_error():
+    with pytest.raises(ValueError, match="'auto', 'onednn' or 'aten'"):
+        resolve_backend("mkl")
+
+
+def test_the_default_is_auto():
+    assert load_config(PPOConfig, None, bench_overrides(4, 4, 1, 1, "fp32")).ppo.linear_backend == "auto"
+
+
+@pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("vendor, onednn", [("AuthenticAMD", True), ("GenuineIntel", False)])
+def test_make_roles_switches_the_linears_the_vendor_calls_for(monkeypatch, vendor, onednn):
+    import tether.placement.cpu as cpu
+
+    monkeypatch.setattr(cpu, "cpu_vendor", lambda: vendor)
+    cfg = load_config(PPOConfig, None, bench_overrides(4, 4, 1, 1, "fp32"))
+    m = build_setup(SIZES["micro"], n_prompts=4, seed=0).models
+    make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], None)
+    for name in ("policy", "reference", "critic", "reward"):
+        kinds = {type(mod) for mod in m[name].modules() if isinstance(mod, torch.nn.Linear)}
+        assert kinds == ({OneDNNLinear} if onednn else {torch.nn.Linear}), (name, kinds)

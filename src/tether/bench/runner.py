@@ -174,7 +174,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                    "parallel_roles": parallel, "autocast": cfg.ppo.autocast, "compile": cfg.ppo.compile,
                    "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
                    "linear_backend": cfg.ppo.linear_backend,
-                   "linear_backend_resolved": resolve_backend(cfg.ppo.linear_backend), "retain_memory": retained,
+                   "linear_backend_resolved": resolve_backend(cfg.ppo.linear_backend, cfg.ppo.autocast), "retain_memory": retained,
                    "balance_roles": cfg.ppo.balance_roles},
         "phases_note": PHASES_NOTE_PARALLEL if parallel else PHASES_NOTE,
         "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},

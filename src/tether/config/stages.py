@@ -194,7 +194,7 @@ class PPOAlgoConfig:
         True,
         "With ppo.parallel_roles: the two threads share the models' weight-gradient products "
         "(linear layers of 4M+ multiply-accumulates, fp32 or bf16 autocast; needs "
-        "ppo.linear_backend=onednn, or auto on AMD), so the thread that ends its own pass "
+        "ppo.linear_backend=onednn, which auto is on AMD and under bf16), so the thread that ends its own pass "
         "first (the critic's: no LM head) takes over the other's remaining ones. Same products, "
         "same gradients. Only without gradient accumulation (ppo.grad_accum_steps=1).",
     )
@@ -212,8 +212,10 @@ class PPOAlgoConfig:
         "and input-gradient products of 4M+ multiply-accumulates (in the decode loop with each "
         "weight packed once per rollout), aten for the rest; 'aten' = PyTorch's default BLAS (MKL on "
         "x86) throughout; 'auto' = whichever measured faster on this CPU vendor: onednn on AMD "
-        "(5-30% faster products on an EPYC Zen 4), aten on Intel (MKL as fast or faster on a Xeon "
-        "with AMX) and on CPUs never measured. Same products up to summation order. Under bf16 "
+        "(5-30% faster products on an EPYC Zen 4); on Intel aten in fp32 (MKL as fast or faster on "
+        "a Xeon with AMX) and onednn under bf16 autocast (its packed bf16 decode and shared weight "
+        "gradients: 1-5% faster per iteration); aten on CPUs never measured. Same products up to "
+        "summation order. Under bf16 "
         "autocast the decode loop packs bf16 copies of the same weights; the update's bf16 products, "
         "GPUs and ppo.compile use aten.",
     )

@@ -121,7 +121,7 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     if not cfg.ppo.trim_last_layer:
         for model in trunks:
             last_layer.run_in_full(model)
-    backend = resolve_backend(cfg.ppo.linear_backend)
+    backend = resolve_backend(cfg.ppo.linear_backend, autocast)
     if cfg.ppo.linear_backend == "auto":
         log.info("ppo.linear_backend=auto: %s on this CPU.", backend)
     if backend == "onednn":

@@ -7,7 +7,9 @@ threads against MKL's ~175, and at the PPO update's shapes (a few hundred rows, 
 256-4096) the forward and input-gradient products run 5-30 % faster (see
 docs/performance.md). In a decode step (M = batch rows) the gap is widest once each weight is
 packed into oneDNN's blocked layout, which a rollout can do once for all its steps because the
-weights do not change while it samples.
+weights do not change while it samples. On an Intel Xeon with AMX the order flips: MKL's fp32
+kernels are as fast or faster there, so ``ppo.linear_backend=auto`` (the default) chooses by CPU
+vendor and precision (:data:`AUTO_BACKEND`, :func:`resolve_backend`).
 
 oneDNN pays ~12-15 µs per call that MKL does not, and its weight-gradient product (a reduction
 over the rows) is no faster than MKL's and often slower. So only the forward and input-gradient
@@ -54,19 +56,22 @@ def onednn_available() -> bool:
             and hasattr(ops, "_reorder_linear_weight"))
 
 
-#: ``ppo.linear_backend=auto`` by CPU vendor, from in-process A/Bs of whole PPO iterations
-#: (docs/performance.md): on an AMD EPYC Zen 4 oneDNN's products were 5-30 % faster (sessions
-#: 5-7); on an Intel Xeon with AMX MKL was as fast or faster (tiny fp32 0.362 vs 0.388 s per
-#: iteration, small fp32 2.162 vs 2.196 s, medium fp32 4.19 vs 4.16 s; session 8). CPUs not
-#: listed (never measured) keep PyTorch's own default.
-AUTO_BACKEND_BY_VENDOR = {"AuthenticAMD": "onednn", "GenuineIntel": "aten"}
+#: ``ppo.linear_backend=auto`` by CPU vendor and ``ppo.autocast``, from in-process A/Bs of whole
+#: PPO iterations (docs/performance.md). AMD EPYC Zen 4 (sessions 5-7): oneDNN's products 5-30 %
+#: faster. Intel Xeon with AMX (session 8), onednn vs aten seconds per iteration: fp32 tiny 0.388
+#: vs 0.362, small 2.196 vs 2.162, medium 4.16 vs 4.19 (MKL as fast or faster); bf16 small 1.342
+#: vs 1.361, medium 2.368 vs 2.501 (oneDNN's packed bf16 decode and the update threads' shared
+#: weight gradients win), tiny 0.384 vs 0.368. CPUs not listed (never measured) keep PyTorch's own.
+AUTO_BACKEND = {"AuthenticAMD": {"none": "onednn", "bf16": "onednn"},
+                "GenuineIntel": {"none": "aten", "bf16": "onednn"}}
 
 
-def resolve_backend(choice: str, vendor: str | None = None) -> str:
+def resolve_backend(choice: str, autocast: str = "none", vendor: str | None = None) -> str:
     """The backend ``ppo.linear_backend=choice`` means on this machine: "onednn" or "aten".
 
-    "auto" looks ``vendor`` (default: this CPU's) up in :data:`AUTO_BACKEND_BY_VENDOR`, "aten" for
-    any other; "onednn" becomes "aten" when this torch build lacks the kernels.
+    "auto" looks ``vendor`` (default: this CPU's) and ``autocast`` ("none" or "bf16") up in
+    :data:`AUTO_BACKEND`, "aten" for any other; "onednn" becomes "aten" when this torch build
+    lacks the kernels.
     """
     if choice not in ("auto", "onednn", "aten"):
         raise ValueError(f"linear backend must be 'auto', 'onednn' or 'aten', got {choice!r}")
@@ -75,7 +80,7 @@ def resolve_backend(choice: str, vendor: str | None = None) -> str:
             from tether.placement.cpu import cpu_vendor
 
             vendor = cpu_vendor()
-        choice = AUTO_BACKEND_BY_VENDOR.get(vendor or "", "aten")
+        choice = AUTO_BACKEND.get(vendor or "", {}).get(autocast, "aten")
     return choice if choice == "aten" or onednn_available() else "aten"
 
 

@@ -14,20 +14,22 @@ from tether.models.linear_backend import OneDNNLinear, onednn_available, resolve
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
-def test_auto_is_onednn_on_amd_and_aten_on_intel_and_unmeasured_cpus():
-    assert resolve_backend("auto", vendor="AuthenticAMD") == "onednn"
-    assert resolve_backend("auto", vendor="GenuineIntel") == "aten"
-    assert resolve_backend("auto", vendor="ARM") == "aten"  # never measured: PyTorch's default
-    assert resolve_backend("auto", vendor="") == "aten"
+def test_auto_follows_the_measured_vendor_and_precision_table():
+    assert resolve_backend("auto", "none", vendor="AuthenticAMD") == "onednn"
+    assert resolve_backend("auto", "bf16", vendor="AuthenticAMD") == "onednn"
+    assert resolve_backend("auto", "none", vendor="GenuineIntel") == "aten"
+    assert resolve_backend("auto", "bf16", vendor="GenuineIntel") == "onednn"
+    for vendor in ("ARM", "", "HygonGenuine"):  # never measured: PyTorch's default
+        assert resolve_backend("auto", "bf16", vendor=vendor) == "aten"
     # Explicit choices are kept whatever the CPU.
     assert resolve_backend("onednn", vendor="GenuineIntel") == "onednn"
-    assert resolve_backend("aten", vendor="AuthenticAMD") == "aten"
+    assert resolve_backend("aten", "bf16", vendor="AuthenticAMD") == "aten"
 
 
 def test_onednn_falls_back_to_aten_without_the_kernels(monkeypatch):
     monkeypatch.setattr(linear_backend, "onednn_available", lambda: False)
     assert resolve_backend("onednn") == "aten"
-    assert resolve_backend("auto", vendor="AuthenticAMD") == "aten"
+    assert resolve_backend("auto", "bf16", vendor="AuthenticAMD") == "aten"
 
 
 def test_an_unknown_backend_is_a_clear_error():
@@ -40,12 +42,13 @@ def test_the_default_is_auto():
 
 
 @pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
-@pytest.mark.parametrize("vendor, onednn", [("AuthenticAMD", True), ("GenuineIntel", False)])
-def test_make_roles_switches_the_linears_the_vendor_calls_for(monkeypatch, vendor, onednn):
+@pytest.mark.parametrize("vendor, precision, onednn", [("AuthenticAMD", "fp32", True), ("GenuineIntel", "fp32", False),
+                                                     ("GenuineIntel", "bf16", True)])
+def test_make_roles_switches_the_linears_the_table_calls_for(monkeypatch, vendor, precision, onednn):
     import tether.placement.cpu as cpu
 
     monkeypatch.setattr(cpu, "cpu_vendor", lambda: vendor)
-    cfg = load_config(PPOConfig, None, bench_overrides(4, 4, 1, 1, "fp32"))
+    cfg = load_config(PPOConfig, None, bench_overrides(4, 4, 1, 1, precision))
     m = build_setup(SIZES["micro"], n_prompts=4, seed=0).models
     make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], None)
     for name in ("policy", "reference", "critic", "reward"):

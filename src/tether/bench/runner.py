@@ -19,11 +19,11 @@ import time
 import torch
 
 from tether.bench.flops import iteration_flops
-from tether.placement.cpu import cpu_description
 from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.profile import profiled_update, summarize_ops
 from tether.bench.setup import SIZES, build_setup
 from tether.models.linear_backend import resolve_backend
+from tether.placement.cpu import cpu_description
 from tether.placement.memory import retain_freed_memory
 
 log = logging.getLogger(__name__)

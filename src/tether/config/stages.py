@@ -215,9 +215,8 @@ class PPOAlgoConfig:
         "(5-30% faster products on an EPYC Zen 4); on Intel aten in fp32 (MKL as fast or faster on "
         "a Xeon with AMX) and onednn under bf16 autocast (its packed bf16 decode and shared weight "
         "gradients: 1-5% faster per iteration); aten on CPUs never measured. Same products up to "
-        "summation order. Under bf16 "
-        "autocast the decode loop packs bf16 copies of the same weights; the update's bf16 products, "
-        "GPUs and ppo.compile use aten.",
+        "summation order. Under bf16 autocast the decode loop packs bf16 copies of the same "
+        "weights; the update's bf16 products, GPUs and ppo.compile use aten.",
     )
     compile: bool = option(
         False,

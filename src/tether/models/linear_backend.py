@@ -81,6 +81,8 @@ def resolve_backend(choice: str, autocast: str = "none", vendor: str | None = No
 
             vendor = cpu_vendor()
         choice = AUTO_BACKEND.get(vendor or "", {}).get(autocast, "aten")
+    elif choice == "onednn" and not onednn_available():
+        log.warning("ppo.linear_backend=onednn, but this torch build has no oneDNN: linear layers stay on aten.")
     return choice if choice == "aten" or onednn_available() else "aten"
 
 

@@ -7,7 +7,8 @@ row of a (sub-)batch are dropped before the model sees them: the real tokens' po
 attention are unchanged, so the result is the same, for less work.
 
 ``autocast="bf16"`` runs the decoder trunk under CPU/GPU bf16 autocast (the weights stay
-fp32); the LM head and scalar heads, the log-softmax and everything after stay fp32.
+fp32); the LM head and scalar heads, the log-softmax and everything after stay fp32 (and so
+does the lean decode loop's LM head, so that captured log-probs match these).
 """
 
 from __future__ import annotations

@@ -353,30 +353,34 @@ def use_aten_linears(model: nn.Module) -> int:
 
 
 @contextmanager
-def packed_linears(model: nn.Module, rows: int):
+def packed_linears(model: nn.Module, rows: int, fp32: tuple[nn.Module, ...] = ()):
     """Within the block, ``model``'s :class:`OneDNNLinear` layers use a packed copy of their weight
     for gradient-free products (a decode loop: the same weights for every step).
 
     Entered without autocast, the copies are fp32 and serve fp32 products; entered under CPU
     bf16 autocast, they are bf16 and serve the products autocast runs in bf16 (bf16 operands and
-    result, as autocast's own linear). Under another autocast dtype nothing is packed.
-    ``rows`` is the expected number of input rows per product (the batch), a layout hint only:
-    any row count gives the right result. Layers whose product at ``rows`` rows is below
-    :data:`MIN_MACS` are not packed (they run in aten). The weights must not change inside the
-    block.
+    result, as autocast's own linear). Under another autocast dtype nothing is packed. Modules in
+    ``fp32`` are packed in fp32 whatever the autocast state: they serve products run with autocast
+    off (the decode loop's LM head under bf16 autocast). ``rows`` is the expected number of input
+    rows per product (the batch), a layout hint only: any row count gives the right result.
+    Layers whose product at ``rows`` rows is below :data:`MIN_MACS` are not packed (they run in
+    aten). The weights must not change inside the block.
     """
     dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32
-    modules = [] if dtype not in (torch.float32, torch.bfloat16) else [
-        m for m in model.modules() if type(m) is OneDNNLinear and m.weight.device.type == "cpu"
-        and m.weight.dtype == torch.float32 and rows * m.weight.numel() >= MIN_MACS]
+    keep_fp32 = {id(m) for m in fp32}
+    modules = [
+        (m, torch.float32 if id(m) in keep_fp32 else dtype) for m in model.modules()
+        if type(m) is OneDNNLinear and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
+        and rows * m.weight.numel() >= MIN_MACS]
+    modules = [(m, d) for m, d in modules if d in (torch.float32, torch.bfloat16)]
     try:
         with torch.no_grad():
-            for m in modules:
-                weight = m.weight.detach().to(dtype)
+            for m, d in modules:
+                weight = m.weight.detach().to(d)
                 m._packed = torch.ops.mkldnn._reorder_linear_weight(weight, max(int(rows), 1))
         yield len(modules)
     finally:
-        for m in modules:
+        for m, _ in modules:
             m.__dict__.pop("_packed", None)
 
 

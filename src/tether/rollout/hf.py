@@ -54,7 +54,10 @@ class HFGenerationEngine:
 
     ``capture``: also return the sampled tokens' log-probs and entropies under the raw
     (unfiltered) logits at the sampling temperature, so the actor needs no second forward.
-    ``autocast``: "bf16" samples under bf16 autocast (the weights stay fp32).
+    ``autocast``: "bf16" samples under bf16 autocast (the weights stay fp32). ``generate`` then
+    runs the LM head in bf16 too, so captured log-probs carry bf16 logit rounding (up to ~0.04
+    on the trained demo model) that the update's fp32 head does not; the lean engine (the
+    default) runs its head in fp32 and has none.
     """
 
     def __init__(self, model, tokenizer, autocast: str = "none", capture: bool = False):

@@ -6,6 +6,13 @@ see :mod:`tether.rollout.sampling`). It differs in what it leaves out: the model
 ``generation_config`` extras (repetition penalty, bad words, ...) are not applied, so the
 sampling distribution is exactly the one PPO's log-probs describe. It captures the sampled
 tokens' log-probs and entropies as it goes, so the actor needs no second forward pass.
+
+Under bf16 autocast the trunk runs in bf16 but the LM head runs in fp32, as in the update's
+log-prob pass (:func:`tether.models.forward.logprobs_from_hidden`). A bf16 head would round
+each logit to 8 bits of mantissa: on the trained demo model that moved the captured log-probs
+by up to 0.04 from the update's fresh pass (4e-3 on average); with the fp32 head the two agree
+to 3e-3 at most (1e-5 on average), so the first minibatch's ratios are 1 and the k1 KL to an
+identical reference is 0 up to that (docs/performance.md, session 9).
 """
 
 from __future__ import annotations
@@ -40,6 +47,24 @@ class LeanGenerationEngine:
         params = inspect.signature(self.model.forward).parameters
         return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
+    def _fp32_head(self) -> bool:
+        """The LM head runs apart from the trunk, in fp32 with autocast off (under autocast)."""
+        return self.autocast not in (None, "none")
+
+    def _next_logits(self, **inputs) -> torch.Tensor:
+        """(B, V) fp32 logits for the next token after a forward over ``inputs`` (with the cache).
+
+        Without autocast: the model's own forward. Under autocast: its trunk (``base_model``)
+        under autocast, then its LM head in fp32 with autocast off, on the last position.
+        """
+        model = self.model
+        if not self._fp32_head():
+            return model(**inputs).logits[:, -1, :].float()
+        inputs.pop("logits_to_keep", None)
+        hidden = model.base_model(**inputs).last_hidden_state[:, -1, :]
+        with torch.autocast(hidden.device.type, enabled=False):
+            return model.get_output_embeddings()(hidden.float()).float()
+
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams) -> Rollout:
         from transformers import DynamicCache
@@ -54,8 +79,9 @@ class LeanGenerationEngine:
         unfinished = torch.ones(batch, dtype=torch.bool)
         try:
             # oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps
-            # (bf16 copies under bf16 autocast).
-            with autocast_context(model, self.autocast), packed_linears(model, batch):
+            # (bf16 copies under bf16 autocast, but an fp32 one for the LM head, which runs in fp32).
+            head = (model.get_output_embeddings(),) if self._fp32_head() else ()
+            with autocast_context(model, self.autocast), packed_linears(model, batch, fp32=head):
                 cache = DynamicCache()
                 mask = attention_mask
                 positions = position_ids(mask)
@@ -63,11 +89,10 @@ class LeanGenerationEngine:
                 last = slice(input_ids.shape[1] - 1, input_ids.shape[1])
                 check_last_layer(model, input_ids, mask, last)
                 with last_layer.last_layer_at(model, last):
-                    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                past_key_values=cache, use_cache=True, **self._logits_kwargs())
+                    logits = self._next_logits(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                               past_key_values=cache, use_cache=True, **self._logits_kwargs())
                 next_pos = positions[:, -1:] + 1
                 for step in range(params.max_new_tokens):
-                    logits = out.logits[:, -1, :].float()
                     nxt = draw(filter_logits(logits, step, params, tok.eos_token_id), params)
                     nxt = torch.where(unfinished, nxt, torch.full_like(nxt, tok.pad_token_id))
                     if capture:
@@ -79,8 +104,8 @@ class LeanGenerationEngine:
                     if step == params.max_new_tokens - 1 or not bool(unfinished.any()):
                         break
                     mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
-                    out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=next_pos,
-                                past_key_values=cache, use_cache=True)
+                    logits = self._next_logits(input_ids=nxt[:, None], attention_mask=mask, position_ids=next_pos,
+                                               past_key_values=cache, use_cache=True)
                     next_pos = next_pos + 1
         finally:
             model.train(was_training)

@@ -203,6 +203,23 @@ def test_bf16_packed_weights_serve_only_bf16_autocast():
         assert _close(fp32, torch.nn.functional.linear(x, layer.weight))
 
 
+def test_layers_named_fp32_keep_an_fp32_packed_copy_under_bf16_autocast():
+    """The lean decode loop's LM head: packed in fp32 and multiplied with autocast off."""
+    model = _llama()
+    use_onednn_linears(model)
+    h = torch.randn(4, 32)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(h, model.lm_head.weight)
+        with torch.autocast("cpu", dtype=torch.bfloat16), packed_linears(model, rows=4, fp32=(model.lm_head,)) as n:
+            assert n == sum(type(m) is OneDNNLinear for m in model.modules())
+            assert model.lm_head._packed.dtype == torch.float32
+            assert model.model.layers[0].mlp.up_proj._packed.dtype == torch.bfloat16
+            with torch.autocast("cpu", enabled=False):
+                got = model.lm_head(h)
+    assert got.dtype == torch.float32 and _close(got, want)
+    assert model.lm_head._packed is None
+
+
 def test_nothing_is_packed_under_fp16_autocast():
     model = _llama()
     use_onednn_linears(model)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import json
 import os
 import random
@@ -9,16 +12,18 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import yaml
 
-from tether.config import to_dict
+from tether.config import rebase_paths, to_dict
 from tether.errors import ConfigError
 
 MANIFEST = "tether_checkpoint.json"
+WORKDIR = "workdir"  # config.yaml's record of the directory the run was started from
 
 
 def seed_everything(seed: int) -> None:
@@ -27,10 +32,65 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def set_threads(threads: int) -> None:
-    """0 keeps torch's default; the demo notes show 1 thread is immune to a busy neighbour."""
+def set_threads(threads: int) -> tuple[int, str]:
+    """Set torch's CPU threads: ``threads``, or with 0 as many as there are free cores.
+
+    torch's default (one thread per core) falls off a cliff beside a busy process: OpenMP's
+    threads wait for the one that shares a core (PPO iterations 10-20x slower with one busy
+    neighbour on 2 cores, DEMO_TASK_NOTES). So 0 counts the cores other processes keep busy
+    over a short sample and leaves those out. Returns (threads, why) for the run's log.
+    """
     if threads > 0:
         torch.set_num_threads(threads)
+        return threads, f"run.threads={threads}"
+    default = torch.get_num_threads()
+    if default == 1:
+        return 1, "run.threads=0: torch's default here is 1"
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    busy = busy_cores()
+    chosen = threads_for(available, busy, default)
+    torch.set_num_threads(chosen)
+    seen = "busy cores not measurable here" if busy is None else f"{busy:.1f} of {available} cores busy"
+    return chosen, f"run.threads=0: {seen}"
+
+
+def threads_for(available: int, busy: float | None, default: int) -> int:
+    """Threads for ``available`` cores of which ``busy`` are used by other processes (None: unknown).
+
+    Busy time is counted in whole cores, a fraction of 0.7 or more making one (a neighbour
+    at 40 % of a core still leaves that core to torch); at least 1, at most torch's ``default``.
+    """
+    if busy is None:
+        return max(1, default)
+    free = available - int(busy + 0.3)
+    return max(1, min(default, free))
+
+
+def busy_cores(interval: float = 0.25) -> float | None:
+    """Cores kept busy by all processes over ``interval`` seconds (this one sleeps meanwhile), from
+    ``/proc/stat``; None where there is no such file."""
+    import time
+
+    def sample() -> tuple[int, int, int] | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return None
+        cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+        values = [int(v) for v in lines[0].split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        return sum(values), idle, cpus
+
+    first = sample()
+    if first is None:
+        return None
+    time.sleep(interval)
+    second = sample()
+    total, idle = second[0] - first[0], second[1] - first[1]
+    if total <= 0:
+        return None
+    return (total - idle) / total * second[2]
 
 
 def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, resume: bool = False) -> Path:
@@ -41,7 +101,12 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
     Without ``resume`` the run starts fresh: old metrics and checkpoints are removed.
     """
     out = check_run_dir(out, cfg, stage, overwrite, resume)
-    resolved = {"stage": stage, **to_dict(cfg)}
+    guard = _PREPARED.get()
+    if guard is not None:
+        config = out / "config.yaml"
+        guard.append(_Prepared(out, out.exists(), config.read_bytes() if config.is_file() else None))
+    # The launch directory: relative input paths in the config are relative to it (--resume).
+    resolved = {"stage": stage, WORKDIR: os.getcwd(), **to_dict(cfg)}
     existing = out / "config.yaml"
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
@@ -52,6 +117,28 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
     tmp.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
     os.replace(tmp, existing)
     return out
+
+
+def _same_run(old: dict | None, new: dict, cls: type) -> bool:
+    """Two resolved configs describe the same run: equal but for where the run lives (``run.out``)
+    and where it was started from (relative input paths are compared as the paths they meant),
+    so a moved or copied run directory, resumed from anywhere, is still its own run."""
+    if not isinstance(old, dict):
+        return False
+
+    def normal(data: dict) -> dict:
+        base = data.get(WORKDIR) or os.getcwd()
+        body = {k: v for k, v in data.items() if k not in (WORKDIR, "stage")}
+        try:
+            body = rebase_paths(cls, body, base)
+        except Exception:  # noqa: BLE001 - a hand-edited config of the wrong shape is simply not this run
+            return {"unreadable": True}
+        run = body.get("run")
+        if isinstance(run, dict):
+            body["run"] = {k: v for k, v in run.items() if k != "out"}
+        return {"stage": data.get("stage"), **body}
+
+    return normal(old) == normal(new)
 
 
 def check_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, resume: bool = False) -> Path:
@@ -66,7 +153,7 @@ def check_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, res
             old = yaml.safe_load(existing.read_text(encoding="utf-8")) or {}
         except Exception:  # noqa: BLE001 - an unreadable config.yaml is not this run's
             old = None
-        if old != resolved and (resume or not overwrite):
+        if not _same_run(old, resolved, type(cfg)) and (resume or not overwrite):
             raise ConfigError(
                 f"Output directory '{out}' already holds a different run (its config.yaml "
                 "differs). Choose another run.out, or set run.overwrite=true to replace it."
@@ -77,6 +164,87 @@ def check_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, res
             "run.out, or set run.overwrite=true to write into it."
         )
     return out
+
+
+def resumable(out: str | Path) -> bool:
+    """``out`` holds something a run can continue from: a finished run or a complete checkpoint."""
+    out = Path(out)
+    ckpts = out / "checkpoints"
+    return (out / MANIFEST).is_file() or (ckpts.is_dir() and any((p / MANIFEST).is_file() for p in ckpts.iterdir()))
+
+
+RUN_FILES = ("metrics.jsonl", "samples.jsonl", "alarms.jsonl", "summary.json", "config.yaml.tmp")
+
+
+@dataclass
+class _Prepared:
+    """What :func:`prepare_run_dir` found before it wrote: enough to take its writes back."""
+
+    out: Path
+    existed: bool
+    old_config: bytes | None
+
+
+_PREPARED: contextvars.ContextVar[list | None] = contextvars.ContextVar("tether_prepared_run_dirs", default=None)
+
+
+@contextlib.contextmanager
+def removed_on_early_failure():
+    """Around a stage: an exception before anything resumable was written removes what the run
+    created in the directories :func:`prepare_run_dir` prepared meanwhile, so a failed start
+    never leaves a directory that blocks the corrected rerun.
+
+    A directory that did not exist is removed; in one that did, the run's files go and the
+    previous ``config.yaml`` comes back. A directory refused before it was prepared (another
+    run's) is never touched; Ctrl-C and a finished run or checkpoint keep everything.
+    """
+    prepared: list[_Prepared] = []
+    token = _PREPARED.set(prepared)
+    try:
+        yield
+    except Exception:
+        for p in prepared:
+            if p.out.is_dir() and not resumable(p.out):
+                _take_back(p)
+        raise
+    finally:
+        _PREPARED.reset(token)
+
+
+def _take_back(p: _Prepared) -> None:
+    if not p.existed:
+        shutil.rmtree(p.out, ignore_errors=True)
+        return
+    for name in RUN_FILES:
+        (p.out / name).unlink(missing_ok=True)
+    shutil.rmtree(p.out / "checkpoints", ignore_errors=True)
+    remove_stale_temps(p.out)
+    if p.old_config is None:
+        (p.out / "config.yaml").unlink(missing_ok=True)
+    else:
+        (p.out / "config.yaml").write_bytes(p.old_config)
+
+
+def guarded_run(stage_fn):
+    """Decorate a stage ``fn(cfg, ...)``: it runs inside :func:`removed_on_early_failure`."""
+
+    @functools.wraps(stage_fn)
+    def run(cfg, *args, **kwargs):
+        with removed_on_early_failure():
+            return stage_fn(cfg, *args, **kwargs)
+
+    return run
+
+
+def remove_stale_temps(directory: str | Path) -> None:
+    """Temporary directories a killed atomic write left in ``directory`` (``.NAME.tmp-*``, the
+    final model's ``.final-staging``): never part of a run, removed before new writes."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        if path.is_dir() and (path.name.startswith(".") and ".tmp-" in path.name or path.name == ".final-staging"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def atomic_write_dir(final: str | Path, write: Callable[[Path], None], meta: dict | None = None) -> Path:

@@ -64,3 +64,65 @@ def two_output_rm(task, tmp_path_factory) -> Path:
     AutoTokenizer.from_pretrained(task / "base_model").save_pretrained(path)
     return path
 
+
+
+# -- foreign models (issue 19): GPT-2 and Qwen2 with a byte-level BPE tokenizer -----------------
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="session")
+def foreign(task, tmp_path_factory) -> dict:
+    """Tiny random GPT-2 (32 positions, learned position table) and Qwen2 (48 positions) with a
+    byte-level BPE tokenizer trained on the task's text (chat template, EOS, no pad token), a
+    reward-model (scalar-head) checkpoint, and a causal LM whose checkpoint lacks a weight."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import (
+        AutoModelForSequenceClassification,
+        GPT2Config,
+        GPT2LMHeadModel,
+        PreTrainedTokenizerFast,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    root = tmp_path_factory.mktemp("foreign")
+    rows = [json.loads(line) for line in (task / "sft_train.jsonl").read_text().splitlines()]
+    corpus = [f"{m['role']}\n{m['content']}" for row in rows for m in row["messages"]]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    tok.chat_template = CHATML
+    eos = tok.eos_token_id
+    torch.manual_seed(0)
+    made = {
+        "gpt2": GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                           bos_token_id=eos, eos_token_id=eos)),
+        "qwen2": Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                              num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                              max_position_embeddings=48, bos_token_id=eos, eos_token_id=eos)),
+    }
+    paths = {}
+    for name, model in made.items():
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        paths[name] = root / name
+    rm = AutoModelForSequenceClassification.from_pretrained(task / "base_model", num_labels=1)
+    rm.save_pretrained(root / "rm")
+    shutil.copytree(task / "tokenizer", root / "rm", dirs_exist_ok=True)
+    paths["rm"] = root / "rm"
+    lacking = root / "lacking"
+    shutil.copytree(task / "base_model", lacking)
+    weights = load_file(str(lacking / "model.safetensors"))
+    dropped = sorted(k for k in weights if "layers.1.mlp" in k)
+    save_file({k: v for k, v in weights.items() if k not in dropped}, str(lacking / "model.safetensors"),
+              metadata={"format": "pt"})
+    paths["lacking"] = lacking
+    return paths

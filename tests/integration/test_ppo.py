@@ -157,6 +157,7 @@ def test_callable_reward_source(trained, tmp_path_factory, monkeypatch):
 
     reward_fns.CALLS.clear()
     res = run(trained, tmp_path_factory, "callable", "reward.models=[]", "reward.callable=reward_fns:gold",
+              "critic.init=policy",
               "ppo.iterations=2")
     assert isinstance(res["trainer"].roles.reward, CallableReward)
     assert len(reward_fns.CALLS) == 2

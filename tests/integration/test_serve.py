@@ -36,7 +36,7 @@ def models(tiny_task, tmp_path_factory):
     tok = load_tokenizer(str(base))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        rm = load_scalar_model(str(base), tok, head_init_std=0.02)
+        rm = load_scalar_model(str(base), tok, head_init_std=0.02, new_head=True)
     rm.save_pretrained(rm_dir)
     tok.save_pretrained(rm_dir)
     return {"policy": base, "rm": rm_dir, "task": tiny_task["dir"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -61,9 +62,10 @@ def test_sft_metrics_and_loss_decreases(trained):
 
 def test_sft_config_yaml_saved(trained):
     saved = yaml.safe_load((trained["sft"] / "config.yaml").read_text())
-    assert saved == {"stage": "sft", **to_dict(trained["sft_cfg"])}
+    assert saved == {"stage": "sft", "workdir": os.getcwd(), **to_dict(trained["sft_cfg"])}
     # The saved file is a valid preset for the same stage.
     saved.pop("stage")
+    saved.pop("workdir")
     (trained["root"] / "resaved.yaml").write_text(yaml.safe_dump(saved))
     assert load_config(SFTConfig, trained["root"] / "resaved.yaml") == trained["sft_cfg"]
 
@@ -152,7 +154,7 @@ def test_rm_metrics_and_normalisation(trained):
     assert abs(metrics["eval/score_mean"]) < 1e-4
     assert metrics["eval/accuracy"] == pytest.approx(final["eval/accuracy"])
     saved = yaml.safe_load((trained["rm"] / "config.yaml").read_text())
-    assert saved == {"stage": "rm", **to_dict(trained["rm_cfg"])}
+    assert saved == {"stage": "rm", "workdir": os.getcwd(), **to_dict(trained["rm_cfg"])}
 
 
 def test_pair_scores_are_chosen_then_rejected(trained):
@@ -194,7 +196,7 @@ def test_run_dir_holding_another_run_is_refused(trained, tmp_path):
 
     cfg = load_config(SFTConfig, None, sft_overrides(task, out, *quick, "run.overwrite=true"))
     run_sft(cfg)
-    assert yaml.safe_load((out / "config.yaml").read_text()) == {"stage": "sft", **to_dict(cfg)}
+    assert yaml.safe_load((out / "config.yaml").read_text()) == {"stage": "sft", "workdir": os.getcwd(), **to_dict(cfg)}
     rows = read_metrics(out / "metrics.jsonl")
     assert rows and not any(r.get("old") for r in rows)
     assert (out / MANIFEST).is_file()

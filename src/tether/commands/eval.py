@@ -8,7 +8,17 @@ responses side by side; optionally best-of-N of the reference policy. Same check
 
 from __future__ import annotations
 
+import math
+import os
+import re
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MIN_TEMPERATURE = 1e-6  # below it logits / temperature can overflow float32 (NaN probabilities)
+MAX_SAMPLES = 1_000_000  # responses per prompt (--samples-per-prompt, best-of-N sizes)
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
+MAX_THREADS = 1024  # as run.threads in the stages
 
 
 def register(sub) -> None:
@@ -21,35 +31,208 @@ def register(sub) -> None:
     p.add_argument("--judge", default=None, help="Gold judge `module:function(prompt, response, ended)`.")
     p.add_argument("--max-prompts", type=int, default=128, help="Use at most this many prompts (default 128).")
     p.add_argument("--samples-per-prompt", type=int, default=4, help="Responses per prompt (default 4).")
-    p.add_argument("--max-new-tokens", type=int, default=24, help="Response length cap (default 24).")
-    p.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature (default 1.0).")
+    p.add_argument("--max-new-tokens", type=int, default=24,
+                   help="Response length cap (default 24); prompt + this must fit every model's context.")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help=f"Sampling temperature (default 1.0): 0 = greedy decoding, else >= {MIN_TEMPERATURE:g}.")
     p.add_argument("--seed", type=int, default=0, help="Sampling seed (default 0).")
-    p.add_argument("--best-of-n", default="", help="Also run best-of-N of the reference, e.g. 1,2,4,8,16.")
+    p.add_argument("--best-of-n", default="",
+                   help="Also run best-of-N of the reference, e.g. 1,2,4,8,16 (needs --reward-model).")
     p.add_argument("--out", default=None, help="Write the results here as JSON (default: POLICY/eval.json).")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default).")
 
 
-def evaluate(args) -> dict:
+# -- argument checks: all of them run before any model, tokenizer or config is loaded ------------
+
+
+def _shown(value: object) -> str:
+    """A user's value as it can be quoted on one line (control characters escaped)."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def _fail(message: str):
+    from tether.errors import ConfigError
+
+    return ConfigError(message)
+
+
+@dataclass(frozen=True)
+class CheckedArgs:
+    """What :func:`check_args` derived from the arguments."""
+
+    best_of_n: tuple[int, ...]  # () = no best-of-N
+    out: Path  # where the JSON goes
+    judge: object | None  # the imported judge callable
+
+
+def _nonempty(flag: str, value: str | None, expected: str) -> None:
+    if value is not None and not value.strip():
+        raise _fail(f"{flag} is empty ({value!r}); expected {expected}.")
+
+
+def _int_in(flag: str, value: int, low: int, high: int | None, meaning: str) -> None:
+    if value < low or (high is not None and value > high):
+        bounds = f"at least {low}" if high is None else f"from {low} to {high}"
+        raise _fail(f"{flag} must be {bounds} ({meaning}), got {value}.")
+
+
+def parse_best_of_n(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4); "" -> (). Duplicates are allowed (each size is reported once)."""
+    if text == "":
+        return ()
+    sizes = []
+    for item in text.split(","):
+        item = item.strip()
+        if not re.fullmatch(r"\+?[0-9]+", item) or not 1 <= int(item) <= MAX_SAMPLES:
+            what = "an empty item" if not item else f"'{_shown(item)}'"
+            raise _fail(
+                f"--best-of-n '{_shown(text)}': {what} is not a sample count; expected comma-separated "
+                f"integers from 1 to {MAX_SAMPLES}, e.g. 1,2,4,8,16."
+            )
+        sizes.append(int(item))
+    return tuple(sizes)
+
+
+def output_path(args) -> Path:
+    """``--out`` (default POLICY/eval.json), checked to be writable before anything runs."""
+    out = Path(args.out) if args.out is not None else Path(args.policy) / "eval.json"
+    flag = f"--out '{_shown(args.out)}'" if args.out is not None else (
+        f"--out is not given and the default '{_shown(out)}' (in the --policy directory)")
+    hint = "choose another --out" if args.out is not None else "give --out FILE"
+    parent = out.parent
+    if out.is_dir():
+        raise _fail(f"{flag} is a directory; expected a file path such as '{_shown(out / 'eval.json')}'.")
+    if not parent.exists():
+        raise _fail(f"{flag} cannot be written: the directory '{_shown(parent)}' does not exist; "
+                    f"create it or {hint}.")
+    if not parent.is_dir():
+        raise _fail(f"{flag} cannot be written: '{_shown(parent)}' is a file, not a directory; {hint}.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise _fail(f"{flag} cannot be written: no permission to write in '{_shown(parent)}'; {hint}.")
+    return out
+
+
+def _import_judge(spec: str):
+    from tether.errors import TetherError
+    from tether.roles import import_callable
+
+    try:
+        return import_callable(spec)
+    except TetherError as err:
+        raise _fail(f"--judge '{_shown(spec)}': {err}") from None
+    except Exception as err:  # noqa: BLE001 - the module raised while importing
+        reason = " ".join(str(err).split())
+        raise _fail(f"--judge '{_shown(spec)}': importing it failed ({type(err).__name__}: {reason}); "
+                    "expected 'module:function' naming an importable function(prompt, response, ended).") from None
+
+
+def check_args(args) -> CheckedArgs:
+    """Every argument alone and in combination; a ConfigError naming the flag on the first bad one."""
+    expected_model = "a local checkpoint directory or a hub id"
+    _nonempty("--policy", args.policy, expected_model)
+    _nonempty("--reference", args.reference, expected_model)
+    _nonempty("--prompts", args.prompts, "a .jsonl, .json or .parquet file or a hub dataset name")
+    for path in args.reward_model:
+        _nonempty("--reward-model", path, expected_model)
+    _nonempty("--judge", args.judge, "'module:function'")
+    _nonempty("--out", args.out, "a file path (omit --out to write POLICY/eval.json)")
+    _int_in("--max-prompts", args.max_prompts, 1, None, "prompts to evaluate")
+    _int_in("--samples-per-prompt", args.samples_per_prompt, 1, MAX_SAMPLES, "responses per prompt")
+    _int_in("--max-new-tokens", args.max_new_tokens, 1, None, "the response length cap in tokens")
+    _int_in("--threads", args.threads, 0, MAX_THREADS, "torch threads; 0 = the default")
+    low, high = SEED_RANGE
+    if not low <= args.seed <= high:
+        raise _fail(f"--seed must be an integer from -2**63 to 2**64-1 (the range torch accepts), got {args.seed}.")
+    t = args.temperature
+    if not math.isfinite(t) or not (t == 0 or t >= MIN_TEMPERATURE):
+        raise _fail(f"--temperature must be 0 (greedy decoding) or a finite number >= {MIN_TEMPERATURE:g}, "
+                    f"got {t}.")
+    sizes = parse_best_of_n(args.best_of_n)
+    if sizes and not args.reward_model:
+        raise _fail(f"--best-of-n {_shown(args.best_of_n)} needs --reward-model to pick the best sample.")
+    if sizes and t == 0:
+        raise _fail(f"--best-of-n {_shown(args.best_of_n)} needs sampling, but --temperature 0 is greedy decoding "
+                    "(all N samples would be the same response); use a temperature > 0.")
+    out = output_path(args)
+    judge = _import_judge(args.judge) if args.judge else None
+    return CheckedArgs(best_of_n=sizes, out=out, judge=judge)
+
+
+# -- checks against the models' contexts: configs only, before any weights are loaded -----------
+
+
+def smallest_context(args) -> tuple[int, str] | None:
+    """The smallest context (positions) of the policy, reference and reward models, and whose it is."""
+    from tether.models import context_length
+    from tether.models.loading import load_model_config
+
+    roles = [("policy", "--policy", args.policy), ("reference", "--reference", args.reference)]
+    roles += [("reward model", "--reward-model", path) for path in args.reward_model]
+    best = None
+    for role, flag, path in roles:
+        limit = context_length(load_model_config(path, key=flag))
+        if limit is not None and (best is None or limit < best[0]):
+            best = (limit, f"the {role} '{_shown(path)}'")
+    return best
+
+
+def check_lengths(examples, ids: list[list[int]], max_new_tokens: int, context: tuple[int, str] | None) -> None:
+    """Every prompt + ``--max-new-tokens`` within the smallest context; names the file and row."""
+    if context is None:
+        return
+    limit, whose = context
+    for ex, prompt in zip(examples, ids):
+        n = len(prompt)
+        if n + max_new_tokens > limit:
+            fix = (f"lower --max-new-tokens to at most {limit - n}, or shorten the prompt" if n < limit
+                   else "the prompt alone fills the context; shorten or remove it")
+            raise _fail(
+                f"{ex.source}, row {ex.row}: the prompt is {n} tokens and --max-new-tokens is {max_new_tokens}: "
+                f"{n + max_new_tokens} tokens, past the {limit}-token context of {whose}; expected "
+                f"prompt + --max-new-tokens <= {limit} ({fix})."
+            )
+
+
+def evaluate(args, checked: CheckedArgs | None = None) -> dict:
     from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
+    from tether.errors import DataError, TetherError
     from tether.eval.best_of_n import best_of_n
     from tether.eval.sampling import evaluate_policy
     from tether.eval.win_rate import policy_vs_sft
     from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
-    from tether.roles import EnsembleReward, ModelReward, import_callable
+    from tether.roles import EnsembleReward, ModelReward
     from tether.rollout import SamplingParams
     from tether.runs import set_threads
 
+    checked = checked or check_args(args)
     set_threads(args.threads)
-    tokenizer = load_tokenizer(args.reference)
-    examples = prompt_examples(load_records(args.prompts))[: args.max_prompts]
-    ids = [encode_prompt(ex.prompt, tokenizer) for ex in examples] * args.samples_per_prompt
+    examples = prompt_examples(load_records(args.prompts, key="--prompts"))[: args.max_prompts]
+    if not examples:
+        raise DataError(f"{args.prompts}: no prompts to evaluate; expected at least one row.")
+    context = smallest_context(args)
+    if context is not None and args.max_new_tokens >= context[0]:
+        raise _fail(f"--max-new-tokens must be below the {context[0]}-token context of {context[1]} "
+                    f"(prompt + response must fit), got {args.max_new_tokens}.")
+    tokenizer = load_tokenizer(args.reference, key="--reference")
+    prompt_ids = []
+    for ex in examples:
+        try:
+            prompt_ids.append(encode_prompt(ex.prompt, tokenizer))
+        except TetherError as err:
+            raise type(err)(f"{ex.source}, row {ex.row}: {err}") from None
+    check_lengths(examples, prompt_ids, args.max_new_tokens, context)
+    ids = prompt_ids * args.samples_per_prompt
     texts = [prompt_text(ex.prompt) for ex in examples] * args.samples_per_prompt
-    policy = load_causal_lm(args.policy, tokenizer)
-    reference = load_causal_lm(args.reference, tokenizer)
-    rms = [ModelReward(load_scalar_model(p, tokenizer), p) for p in args.reward_model]
+    policy = load_causal_lm(args.policy, tokenizer, key="--policy")
+    reference = load_causal_lm(args.reference, tokenizer, key="--reference")
+    rms = [ModelReward(load_scalar_model(p, tokenizer, key="--reward-model"), p) for p in args.reward_model]
     reward = rms[0] if len(rms) == 1 else EnsembleReward(rms) if rms else None
-    judge = import_callable(args.judge) if args.judge else None
-    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    judge = checked.judge
+    if args.temperature == 0:
+        params = SamplingParams(max_new_tokens=args.max_new_tokens, greedy=True)
+    else:
+        params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
     pol = evaluate_policy(policy, tokenizer, ids, texts, params, args.seed, reward, reference, judge)
     ref = evaluate_policy(reference, tokenizer, ids, texts, params, args.seed, reward, reference, judge)
     result = {
@@ -60,14 +243,9 @@ def evaluate(args) -> dict:
         "samples": [{"prompt": p, "reference": r, "policy": q}
                     for p, r, q in list(zip(texts, ref.responses, pol.responses))[:16]],
     }
-    if args.best_of_n:
-        if reward is None:
-            from tether.errors import ConfigError
-
-            raise ConfigError("--best-of-n needs --reward-model to pick the best sample.")
-        ns = tuple(int(x) for x in args.best_of_n.split(","))
+    if checked.best_of_n:
         result["best_of_n"] = best_of_n(reference, tokenizer, ids[: len(examples)], texts[: len(examples)],
-                                        reward, judge, ns, params, args.seed)
+                                        reward, judge, checked.best_of_n, params, args.seed)
     return result
 
 
@@ -90,12 +268,11 @@ def format_result(result: dict) -> str:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from tether.runs import write_json
 
-    result = evaluate(args)
-    out = Path(args.out) if args.out else Path(args.policy) / "eval.json"
+    checked = check_args(args)  # every argument, before anything slow
+    result = evaluate(args, checked)
+    out = checked.out
     write_json(out, result)
     print(format_result(result))
     print(f"written: {out}", file=sys.stderr)

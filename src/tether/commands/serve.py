@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 DESCRIPTION = (
@@ -11,6 +12,15 @@ DESCRIPTION = (
     "GET /health. With --reward-model, requests may ask for best_of (best-of-N reranking) and "
     "POST /v1/rewards scores prompt/response pairs, which PPO can use as reward.url. See docs/serving.md."
 )
+
+
+MAX_THREADS = 1024  # as run.threads in the stages
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
+DEFAULT_MAX_TOKENS = 256
+
+
+class _Default(int):
+    """An int default argparse hands back untouched: tells 'not given' from 'given the same value'."""
 
 
 def register(sub) -> None:
@@ -22,12 +32,14 @@ def register(sub) -> None:
     p.add_argument("--model-name", default=None,
                    help="The model id clients send and /v1/models lists (default: the --model directory name).")
     p.add_argument("--host", default="127.0.0.1", help="Interface to bind; 0.0.0.0 exposes the server.")
-    p.add_argument("--port", type=int, default=8000, help="TCP port.")
+    p.add_argument("--port", type=int, default=8000,
+                   help="TCP port, 0 to 65535; 0 picks a free one (the banner shows which).")
     p.add_argument("--api-key", default=None,
                    help="Require 'Authorization: Bearer KEY' on /v1/*. Default: the TETHER_API_KEY variable, if set.")
     p.add_argument("--best-of-default", type=int, default=1,
                    help="Candidates per prompt for non-streaming requests that give no best_of (needs --reward-model).")
-    p.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request gives none.")
+    p.add_argument("--default-max-tokens", type=int, default=_Default(DEFAULT_MAX_TOKENS),
+                   help="max_tokens when a request gives none (when not given: at most --max-tokens-limit).")
     p.add_argument("--max-tokens-limit", type=int, default=512, help="Largest max_tokens a request may ask for.")
     p.add_argument("--max-n", type=int, default=16,
                    help="Most sequences one request may sample (prompts x max(n, best_of)).")
@@ -54,27 +66,65 @@ def _name(path: str) -> str:
     return p.name if p.exists() else path
 
 
-def run(args) -> int:
-    import logging
+def check_args(args) -> None:
+    """The arguments the settings record does not hold, alone and in combination (ConfigError)."""
     import os
 
-    import torch
+    from tether.errors import ConfigError
 
-    from tether.runs import set_threads
-    from tether.serve import ModelService, ServeSettings, create_app, serve
+    model = "a checkpoint directory or hub id"
+    for flag, value, expected in (("--model", args.model, model), ("--reward-model", args.reward_model, model),
+                                  ("--model-name", args.model_name, "a model id (omit it for the --model name)"),
+                                  ("--host", args.host, "an interface address such as 127.0.0.1 or 0.0.0.0")):
+        if value is not None and not value.strip():
+            raise ConfigError(f"{flag} is empty ({value!r}); expected {expected}.")
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be a TCP port from 0 to 65535 (0 picks a free port), got {args.port}.")
+    if not 0 <= args.threads <= MAX_THREADS:
+        raise ConfigError(f"--threads must be from 0 to {MAX_THREADS} (torch CPU threads; 0 = the "
+                          f"default), got {args.threads}.")
+    if args.seed is not None and not SEED_RANGE[0] <= args.seed <= SEED_RANGE[1]:
+        raise ConfigError(f"--seed must be an integer from -2**63 to 2**64-1 (the range torch accepts), "
+                          f"got {args.seed}.")
+    if not (math.isfinite(args.shutdown_timeout) and args.shutdown_timeout >= 0):
+        raise ConfigError(f"--shutdown-timeout must be a finite number of seconds >= 0 (how long open requests "
+                          f"may finish after SIGTERM/SIGINT), got {args.shutdown_timeout}.")
+    explicit_default = not isinstance(args.default_max_tokens, _Default)
+    if explicit_default and 1 <= args.max_tokens_limit < args.default_max_tokens:
+        raise ConfigError(f"--default-max-tokens {args.default_max_tokens} exceeds --max-tokens-limit "
+                          f"{args.max_tokens_limit}; expected at most the limit (requests may not ask for more).")
+    if args.api_key is not None:
+        _check_api_key("--api-key", args.api_key)
+    elif os.environ.get("TETHER_API_KEY"):
+        _check_api_key("the TETHER_API_KEY variable", os.environ["TETHER_API_KEY"])
 
-    set_threads(args.threads)
-    if args.seed is not None:
-        torch.manual_seed(args.seed)
-    else:
-        torch.seed()
-    api_key = args.api_key or os.environ.get("TETHER_API_KEY") or None
-    settings = ServeSettings(
+
+def _check_api_key(source: str, key: str) -> None:
+    from tether.errors import ConfigError
+
+    if not key.strip():
+        raise ConfigError(f"{source} is empty or blank; expected a key (omit it to serve without one).")
+    if key != key.strip() or not all(32 <= ord(c) <= 126 for c in key):
+        raise ConfigError(f"{source} must be printable ASCII without leading or trailing spaces (clients send it "
+                          "in the 'Authorization: Bearer KEY' header, so no other key could ever match), got "
+                          "one that is not.")
+
+
+def settings_from_args(args):
+    import os
+
+    from tether.serve import ServeSettings
+
+    api_key = args.api_key if args.api_key is not None else os.environ.get("TETHER_API_KEY") or None
+    default_max_tokens = int(args.default_max_tokens)
+    if isinstance(args.default_max_tokens, _Default):
+        default_max_tokens = min(default_max_tokens, max(args.max_tokens_limit, 1))
+    return ServeSettings(
         model_name=args.model_name or _name(args.model),
         reward_model_name=_name(args.reward_model) if args.reward_model else None,
         api_key=api_key,
         best_of_default=args.best_of_default,
-        default_max_tokens=args.default_max_tokens,
+        default_max_tokens=default_max_tokens,
         max_tokens_limit=args.max_tokens_limit,
         max_n=args.max_n,
         max_prompt_tokens=args.max_prompt_tokens,
@@ -85,14 +135,42 @@ def run(args) -> int:
         batch_wait_ms=args.batch_wait_ms,
         chat_template=args.chat_template,
     )
-    settings.validate(bool(args.reward_model))  # before the (slow) model load
-    service = ModelService.load(args.model, args.reward_model, args.dtype, args.trust_remote_code,
-                                args.max_batch_size)
-    app = create_app(service, settings)
-    logging.getLogger("tether").setLevel(logging.INFO)
-    auth = "API key required" if api_key else "no API key"
-    print(f"tether serve: '{settings.model_name}'"
-          + (f" + reward model '{settings.reward_model_name}'" if service.has_reward else "")
-          + f" on http://{args.host}:{args.port}/v1 ({auth})", flush=True)
-    serve(app, args.host, args.port, shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log)
+
+
+def run(args) -> int:
+    from tether.serve.server import bind_socket
+
+    # Every argument first, then the socket (a busy port or a bad host fails in a moment), and
+    # only then torch and the (slow) model load.
+    check_args(args)
+    settings = settings_from_args(args)
+    settings.validate(bool(args.reward_model))
+    sock = bind_socket(args.host, args.port)
+    try:
+        import logging
+
+        import torch
+
+        from tether.runs import set_threads
+        from tether.serve import ModelService, create_app, serve
+
+        port = sock.getsockname()[1]
+        set_threads(args.threads)
+        if args.seed is not None:
+            torch.manual_seed(args.seed)
+        else:
+            torch.seed()
+        service = ModelService.load(args.model, args.reward_model, args.dtype, args.trust_remote_code,
+                                    args.max_batch_size)
+        app = create_app(service, settings)
+        logging.getLogger("tether").setLevel(logging.INFO)
+        auth = "API key required" if settings.api_key else "no API key"
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"tether serve: '{settings.model_name}'"
+              + (f" + reward model '{settings.reward_model_name}'" if service.has_reward else "")
+              + f" on http://{host}:{port}/v1 ({auth})", flush=True)
+        serve(app, args.host, port, shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log,
+              sock=sock)
+    finally:
+        sock.close()
     return 0

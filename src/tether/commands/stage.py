@@ -42,12 +42,18 @@ def register_stage(sub, name: str) -> None:
 
 
 def _resume_config(args):
-    """The saved, resolved config of the run in ``args.resume`` (no other source allowed)."""
+    """The saved, resolved config of the run in ``args.resume``, continuing in that directory.
+
+    ``run.out`` becomes the directory given (wherever the command runs, and for a copied run
+    directory the copy), and relative input paths are resolved against the directory the run
+    was started from, so the run reads the same inputs as before.
+    """
     from pathlib import Path
 
-    from tether.config import from_dict
+    from tether.config import from_dict, rebase_paths
     from tether.config.base import read_yaml
     from tether.errors import ConfigError
+    from tether.runs import WORKDIR
 
     if args.config or args.overrides:
         raise ConfigError("--resume continues a run with its saved config: drop --config and overrides.")
@@ -58,7 +64,33 @@ def _resume_config(args):
     stage = data.pop("stage", None)
     if stage != args.command:
         raise ConfigError(f"--resume '{args.resume}' holds a '{stage}' run, not '{args.command}'.")
-    return from_dict(_config_class(args.command), data)
+    workdir = data.pop(WORKDIR, None)
+    cls = _config_class(args.command)
+    if isinstance(workdir, str) and Path(workdir).is_dir():
+        data = rebase_paths(cls, data, workdir)
+    run = data.get("run")
+    data["run"] = {**(run if isinstance(run, dict) else {}), "out": str(Path(args.resume))}
+    return from_dict(cls, data)
+
+
+def _finished(args) -> bool:
+    """``--resume DIR`` of a run that already finished: say so (nothing to do)."""
+    from pathlib import Path
+
+    from tether.runs import MANIFEST
+
+    manifest = Path(args.resume) / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        meta = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}
+    done = meta.get("steps", meta.get("iterations"))
+    at = f" (it ended at step {done})" if isinstance(done, int) else ""
+    print(f"tether {args.command}: the run in '{args.resume}' is already complete{at}; nothing to resume.",
+          file=sys.stderr)
+    return True
 
 
 def run_stage(args) -> int:
@@ -68,6 +100,8 @@ def run_stage(args) -> int:
 
     if args.resume:
         cfg = _resume_config(args)
+        if not args.print_config and _finished(args):
+            return 0
     else:
         cfg = load_config(_config_class(args.command), args.config, args.overrides)
     if args.print_config:

@@ -1,6 +1,6 @@
 """Typed config trees, YAML presets and dotted overrides."""
 
-from tether.config.base import describe, from_dict, load_config, replace, save_config, to_dict
+from tether.config.base import describe, from_dict, load_config, rebase_paths, replace, save_config, to_dict
 from tether.config.stages import PPOConfig, RewardModelConfig, SFTConfig
 
 __all__ = [
@@ -8,6 +8,7 @@ __all__ = [
     "RewardModelConfig",
     "SFTConfig",
     "describe",
+    "rebase_paths",
     "from_dict",
     "load_config",
     "replace",

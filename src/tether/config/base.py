@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 import types
 import typing
@@ -36,9 +37,14 @@ def option(
     le: float | None = None,
     lt: float | None = None,
     factory: Any = None,
+    path: bool = False,
 ) -> Any:
-    """Declare a config field with its help text and constraint."""
-    meta = {"help": help, "choices": choices, "ge": ge, "gt": gt, "le": le, "lt": lt}
+    """Declare a config field with its help text and constraint.
+
+    ``path``: the value is a local path or a hub id (or a list of them); a relative path is
+    relative to the directory the run was started from (see :func:`rebase_paths`).
+    """
+    meta = {"help": help, "choices": choices, "ge": ge, "gt": gt, "le": le, "lt": lt, "path": path}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -214,6 +220,34 @@ def from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
     if check is not None:
         check()
     return obj
+
+
+def rebase_paths(cls: type, data: dict, base: str | Path) -> dict:
+    """A copy of the config dict ``data`` (of config class ``cls``) whose relative path values
+    that exist under ``base`` are made absolute: a run's inputs, found again from any directory.
+
+    Values that do not exist there (hub ids, missing files) are left alone.
+    """
+    base = Path(base)
+    out = dict(data)
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        value = out.get(f.name)
+        if _is_config(hints[f.name]) and isinstance(value, dict):
+            out[f.name] = rebase_paths(hints[f.name], value, base)
+        elif f.metadata.get("path"):
+            if isinstance(value, str):
+                out[f.name] = _rebased(value, base)
+            elif isinstance(value, list):
+                out[f.name] = [_rebased(v, base) if isinstance(v, str) else v for v in value]
+    return out
+
+
+def _rebased(value: str, base: Path) -> str:
+    path = Path(value).expanduser()
+    if not value or path.is_absolute() or not (base / path).exists():
+        return value
+    return os.path.normpath(base / path)
 
 
 def to_dict(obj: Any) -> dict:

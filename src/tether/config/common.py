@@ -9,6 +9,16 @@ from tether.config.base import FLOAT32_MAX, option
 from tether.errors import ConfigError
 
 
+def check_adam_step(key: str, lr: float, beta1: float = 0.9) -> None:
+    """AdamW's first step is lr / (1 - beta1) per weight: beyond float32's range it fails inside
+    torch (an overflow traceback), so such a learning rate is refused here."""
+    if lr / (1.0 - beta1) >= FLOAT32_MAX:
+        raise ConfigError(
+            f"Config key '{key}' = {lr!r}: AdamW's first step would be lr / (1 - beta1) = {lr / (1.0 - beta1):.3g}, "
+            f"beyond float32's range (3.4e38); expected a learning rate below {FLOAT32_MAX * (1.0 - beta1):.3g}."
+        )
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Where a run writes and how it is seeded."""
@@ -16,7 +26,8 @@ class RunConfig:
     out: str = option("runs/run", "Run directory: resolved config, metrics.jsonl, checkpoints.")
     seed: int = option(0, "Seed for python, numpy and torch RNGs (data order, init, sampling).")
     threads: int = option(
-        0, "torch CPU threads; 0 keeps torch's default. Use 1 beside other busy processes.", ge=0, le=1024
+        0, "torch CPU threads; 0 = one per free core (cores other processes keep busy are left out, "
+        "at most torch's default), said on stderr.", ge=0, le=1024
     )
     log_every: int = option(10, "Write a metrics line every this many optimiser steps.", ge=1)
     overwrite: bool = option(
@@ -41,8 +52,8 @@ class RunConfig:
 class ModelConfig:
     """A model by Hugging Face hub id or local path."""
 
-    name_or_path: str = option("", "Hub id (e.g. Qwen/Qwen2.5-0.5B) or local checkpoint directory.")
-    tokenizer: str | None = option(None, "Tokenizer id or path; default: same as the model.")
+    name_or_path: str = option("", "Hub id (e.g. Qwen/Qwen2.5-0.5B) or local checkpoint directory.", path=True)
+    tokenizer: str | None = option(None, "Tokenizer id or path; default: same as the model.", path=True)
     dtype: Literal["float32", "bfloat16", "float16"] = option(
         "float32", "Weights dtype. bfloat16 halves memory on GPUs and recent CPUs."
     )
@@ -85,15 +96,16 @@ class OptimConfig:
                 f"Config key 'optim.grad_accum_steps' = {self.grad_accum_steps}: must divide "
                 f"optim.batch_size = {self.batch_size}."
             )
+        check_adam_step("optim.lr", self.lr, self.beta1)
 
 
 @dataclass(frozen=True)
 class DataConfig:
     """Training and evaluation data: a local jsonl/json/parquet file or a hub dataset name."""
 
-    train: str = option("", "Training data: local file or hub dataset name (name[:subset]).")
+    train: str = option("", "Training data: local file or hub dataset name (name[:subset]).", path=True)
     train_split: str = option("train", "Split of a hub dataset for training.")
-    eval: str | None = option(None, "Held-out data; default: a slice of the training data.")
+    eval: str | None = option(None, "Held-out data; default: a slice of the training data.", path=True)
     eval_split: str = option("test", "Split of a hub dataset for evaluation.")
     eval_size: int = option(
         256, "Rows held out from training when no eval set is given (0 = no evaluation).", ge=0

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import FLOAT32_MAX, option, section
-from tether.config.common import DataConfig, ModelConfig, OptimConfig, RunConfig
+from tether.config.common import DataConfig, ModelConfig, OptimConfig, RunConfig, check_adam_step
 from tether.errors import ConfigError
 from tether.config.health import HealthConfig
 
@@ -56,7 +56,7 @@ class RewardSourceConfig:
     """Where PPO's sequence score comes from."""
 
     models: list[str] = option(
-        factory=list, help="Reward model checkpoints; several make an ensemble."
+        factory=list, help="Reward model checkpoints; several make an ensemble.", path=True
     )
     callable: str | None = option(
         None, "A python reward `module:function(prompts, responses) -> list[float]` instead."
@@ -96,9 +96,11 @@ class CriticConfig:
     """The value model."""
 
     init: Literal["reward", "policy"] = option(
-        "reward", "Start from the reward model (its head) or the SFT model with a fresh head."
+        "reward",
+        "reward = start from a trained scalar head: critic.path, else the first reward model (a checkpoint "
+        "without one is an error); policy = a fresh value head (std 0.02) on critic.path, else the SFT model.",
     )
-    path: str | None = option(None, "Explicit checkpoint; default: first reward model or the policy.")
+    path: str | None = option(None, "Explicit checkpoint; default: first reward model or the policy.", path=True)
     lr: float = option(2e-4, "Critic learning rate.", gt=0, lt=FLOAT32_MAX)
     shared_trunk: bool = option(
         False,
@@ -255,6 +257,7 @@ class PPOAlgoConfig:
         return self.ratio_tolerance if self.autocast == "none" else max(self.ratio_tolerance, BF16_RATIO_TOLERANCE)
 
     def validate(self) -> None:
+        check_adam_step("ppo.actor_lr", self.actor_lr)
         if self.minibatch_size % self.grad_accum_steps:
             raise ConfigError(
                 f"Config key 'ppo.grad_accum_steps' = {self.grad_accum_steps}: must divide "
@@ -266,7 +269,7 @@ class PPOAlgoConfig:
 class PPOEvalConfig:
     """Held-out evaluation during and after PPO."""
 
-    prompts: str | None = option(None, "Held-out prompts file; null = no evaluation.")
+    prompts: str | None = option(None, "Held-out prompts file; null = no evaluation.", path=True)
     every: int = option(0, "Evaluate every this many iterations (0 = only at the end).", ge=0)
     max_prompts: int = option(128, "Use at most this many held-out prompts.", ge=1)
     judge: str | None = option(None, "Gold judge `module:function(prompt, response, ended)`.")
@@ -278,8 +281,8 @@ class PPOConfig:
 
     run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
     model: ModelConfig = section(ModelConfig, "The actor's initial weights: the SFT checkpoint.")
-    reference: str | None = option(None, "Reference checkpoint; default: model.name_or_path.")
-    prompts: str = option("", "Prompt data: `prompt` (string or messages) or `messages` rows.")
+    reference: str | None = option(None, "Reference checkpoint; default: model.name_or_path.", path=True)
+    prompts: str = option("", "Prompt data: `prompt` (string or messages) or `messages` rows.", path=True)
     prompts_split: str = option("train", "Split of a hub prompt dataset.")
     reward: RewardSourceConfig = section(RewardSourceConfig, "The reward source.")
     critic: CriticConfig = section(CriticConfig, "The value model.")
@@ -290,12 +293,21 @@ class PPOConfig:
     health: HealthConfig = section(HealthConfig, "Training-health alarms (reference monitoring tables).")
 
     def validate(self) -> None:
+        check_adam_step("critic.lr", self.critic.lr)
         if not self.prompts:
             raise ConfigError("Config key 'prompts' is empty: expected a prompt file or dataset.")
         if self.rollout.batch_size % self.ppo.minibatch_size:
             raise ConfigError(
                 f"Config key 'ppo.minibatch_size' = {self.ppo.minibatch_size}: must divide "
                 f"rollout.batch_size = {self.rollout.batch_size}."
+            )
+        if (self.critic.init == "reward" and not self.critic.path and not self.reward.models
+                and not self.critic.shared_trunk):
+            source = "reward.callable" if self.reward.callable else "reward.url"
+            raise ConfigError(
+                "Config key 'critic.init' = 'reward': the critic starts from the reward model's trained head, "
+                f"but the reward comes from {source} (reward.models is empty). Set critic.init=policy (a fresh "
+                "value head on the policy) or critic.path to a trained scalar-head checkpoint."
             )
         if self.critic.shared_trunk and self.critic.path:
             raise ConfigError(

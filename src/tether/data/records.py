@@ -34,27 +34,31 @@ class Record:
     row: int
 
 
-def load_records(source: str | os.PathLike, split: str = "train") -> list[Record]:
+def load_records(source: str | os.PathLike, split: str = "train", key: str | None = None) -> list[Record]:
     """Read every row of ``source``: a local .jsonl/.json/.parquet file or a hub dataset name.
 
     A hub name may carry a subset after a colon (``"org/name:subset"``). ``split`` is used
-    for hub datasets only. Raises :class:`DataError` with the file and line on any problem.
+    for hub datasets only. Raises :class:`DataError` with the file and line on any problem;
+    ``key`` (the config key or flag the source came from) is named beside the file.
     """
     src = os.fspath(source)
     if not isinstance(src, str) or not src.strip():
-        raise DataError(f"dataset source {src!r} is empty; expected a .jsonl, .json or .parquet file or a hub dataset name")
+        named = f" ({key})" if key else ""
+        raise DataError(f"dataset source {src!r}{named} is empty; expected a .jsonl, .json or .parquet file or a hub "
+                        "dataset name")
+    label = f"{src} ({key})" if key else src
     path = Path(src).expanduser()
     if path.exists():
-        records = _load_local(path, src)
+        records = _load_local(path, label)
     elif _looks_like_hub_id(src):
-        records = _load_hub(src, split)
+        records = _load_hub(src, split, label)
     else:
         raise DataError(
-            f"{src}: no such file (and it is not a hub dataset name such as 'org/name' or 'org/name:subset'); "
+            f"{label}: no such file (and it is not a hub dataset name such as 'org/name' or 'org/name:subset'); "
             "expected a local .jsonl, .json or .parquet file or a hub dataset name"
         )
     if not records:
-        where = src if path.exists() else f"{src} (split {split!r})"
+        where = label if path.exists() else f"{label} (split {split!r})"
         raise DataError(f"{where}: the dataset is empty; expected at least one row")
     return records
 
@@ -64,6 +68,9 @@ def _looks_like_hub_id(src: str) -> bool:
         return False
     if src.lower().split(":", 1)[0].endswith(_FILE_LIKE_SUFFIXES):
         return False
+    head = src.split(":", 1)[0].split("/", 1)[0]
+    if "/" in src and Path(head).expanduser().is_dir():
+        return False  # `data/nope` when ./data exists: a missing local file, not a hub dataset
     return bool(_HUB_ID.match(src))
 
 
@@ -112,6 +119,9 @@ def _read_jsonl(path: Path, src: str) -> list[Record]:
 
 
 def _parse_line(line: str, src: str, lineno: int) -> dict:
+    # Without its line break: an error at the end of the line is reported at its real column,
+    # not at "column 1" of the next line.
+    line = line.rstrip("\r\n")
     try:
         value = json.loads(line)
     except (ValueError, RecursionError) as e:
@@ -156,7 +166,8 @@ def _read_json(path: Path, src: str) -> list[Record]:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as e:
-        if text.lstrip().startswith("["):
+        if text.lstrip().startswith("[") or not _first_line_is_json(text):
+            # One JSON document (a list, or an object spread over lines): its error position.
             where = f", line {e.lineno}, column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
             raise DataError(
                 f"{src}{where}: not valid JSON ({_json_reason(e)}); expected a JSON list of objects "
@@ -179,6 +190,16 @@ def _read_json(path: Path, src: str) -> list[Record]:
     return records
 
 
+def _first_line_is_json(text: str) -> bool:
+    """The first non-blank line is a JSON value on its own (the file is JSON lines, not one document)."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def _read_parquet(path: Path, src: str) -> list[Record]:
     import pyarrow.parquet as pq
 
@@ -196,7 +217,7 @@ def _read_parquet(path: Path, src: str) -> list[Record]:
 
 def _json_reason(e: BaseException) -> str:
     if isinstance(e, json.JSONDecodeError):
-        return f"{e.msg} at column {e.colno}"
+        return f"{e.msg.removesuffix(' at').removesuffix(':')} at column {e.colno}"
     if isinstance(e, RecursionError):
         return "nested too deeply"
     return str(e)
@@ -211,21 +232,29 @@ def _json_type(value: object) -> str:
 # --------------------------------------------------------------------------- hub
 
 
-def _load_hub(src: str, split: str) -> list[Record]:
+def _load_hub(src: str, split: str, label: str | None = None) -> list[Record]:
+    from tether.models.loading import hub_offline
+
+    label = label or src
     name, _, subset = src.partition(":")
+    what = f"hub dataset {name!r}" + (f" subset {subset!r}" if subset else "") + f" split {split!r}"
+    offline = hub_offline()
     try:
         import datasets
 
+        if offline:
+            # Only the local cache, at once: no retries against a hub that cannot be reached.
+            datasets.config.HF_HUB_OFFLINE = True
         ds = datasets.load_dataset(name, subset or None, split=split)
         rows = [dict(r) for r in ds]
     except Exception as e:  # offline, unknown name, unknown split, gated repo, ...
         msg = " ".join(str(e).split()) or type(e).__name__
         if len(msg) > 300:
             msg = msg[:300] + "..."
+        network = ("the hub cannot be reached from here (or HF_HUB_OFFLINE is set) and the local cache does not hold "
+                   "it, so" if offline else "so")
         raise DataError(
-            f"{src}: cannot load hub dataset {name!r}"
-            + (f" subset {subset!r}" if subset else "")
-            + f" split {split!r} ({type(e).__name__}: {msg}); there is no local file of that name either, "
-            "so check the name, the split, and the network (or pass a local .jsonl, .json or .parquet file)"
+            f"{label}: cannot load {what} ({type(e).__name__}: {msg}); there is no local file of that name either, "
+            f"{network} check the name, the split, and the network (or pass a local .jsonl, .json or .parquet file)"
         ) from None
-    return [Record(r, src, i + 1) for i, r in enumerate(rows)]
+    return [Record(r, label, i + 1) for i, r in enumerate(rows)]

@@ -52,7 +52,12 @@ def _encode(ex, tokenizer, mode: str, *responses: str) -> list[list[int]]:
         raise type(e)(f"{ex.source}, row {ex.row}: {e}") from None
 
 
-def _too_long(ex, what: str, max_length: int) -> DataError:
+def _too_long(ex, what: str, max_length: int, capped_by: str | None) -> DataError:
+    if capped_by:
+        return DataError(
+            f"{ex.source}, row {ex.row}: {what}, longer than max_length {max_length} ({capped_by}); "
+            "expected it to fit (shorten the row, or set data.on_long to 'truncate' or 'drop')"
+        )
     return DataError(
         f"{ex.source}, row {ex.row}: {what}, longer than max_length {max_length}; "
         "expected it to fit (raise data.max_length, shorten the row, or set data.on_long to 'truncate' or 'drop')"
@@ -60,19 +65,21 @@ def _too_long(ex, what: str, max_length: int) -> DataError:
 
 
 def tokenize_sft(
-    ex: SFTExample, tokenizer, max_length: int, mode: str = "auto", on_long: str = "truncate"
+    ex: SFTExample, tokenizer, max_length: int, mode: str = "auto", on_long: str = "truncate",
+    capped_by: str | None = None,
 ) -> TokenizedSFT | None:
     """Prompt + response ids with a response-only loss mask; ``None`` if the example is dropped.
 
     Too long: ``truncate`` keeps the prompt and cuts the end of the response (dropping the
     example if the prompt alone fills ``max_length``), ``drop`` returns None, ``error`` raises.
+    ``capped_by``: why ``max_length`` is less than ``data.max_length`` (the model's context), for errors.
     """
     _check_args(max_length, on_long)
     p, r = _encode(ex, tokenizer, mode, ex.completion)
     if len(p) + len(r) > max_length:
         if on_long == "error":
             raise _too_long(ex, f"field 'completion': prompt + response is {len(p) + len(r)} tokens "
-                                f"({len(p)} + {len(r)})", max_length)
+                                f"({len(p)} + {len(r)})", max_length, capped_by)
         if on_long == "drop" or len(p) >= max_length:
             return None
         r = r[: max_length - len(p)]
@@ -81,7 +88,8 @@ def tokenize_sft(
 
 
 def tokenize_preference(
-    ex: PreferenceExample, tokenizer, max_length: int, mode: str = "auto", on_long: str = "drop"
+    ex: PreferenceExample, tokenizer, max_length: int, mode: str = "auto", on_long: str = "drop",
+    capped_by: str | None = None,
 ) -> TokenizedPreference | None:
     """Prompt, chosen and rejected ids; the length checked is prompt + the longer response.
 
@@ -94,7 +102,7 @@ def tokenize_preference(
     if len(p) + longest > max_length:
         if on_long == "error":
             raise _too_long(ex, f"fields 'chosen'/'rejected': prompt + longer response is {len(p) + longest} tokens "
-                                f"({len(p)} + {longest})", max_length)
+                                f"({len(p)} + {longest})", max_length, capped_by)
         if on_long == "drop" or len(p) >= max_length:
             return None
         room = max_length - len(p)

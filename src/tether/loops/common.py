@@ -8,16 +8,26 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from tether.errors import TrainingError
+from tether.errors import ConfigError, TrainingError
 from tether.checkpoint import latest_checkpoint
 from tether.metrics import MetricsLogger
+from tether.models.loading import context_length
 from tether.placement.memory import retain_freed_memory
-from tether.runs import MANIFEST, atomic_write_dir, check_run_dir, seed_everything, set_threads
+from tether.runs import (
+    MANIFEST,
+    atomic_write_dir,
+    check_run_dir,
+    fault_point,
+    remove_stale_temps,
+    seed_everything,
+    set_threads,
+)
 
 
 def begin_run(cfg, stage: str, resume: bool) -> Path | None:
@@ -27,12 +37,65 @@ def begin_run(cfg, stage: str, resume: bool) -> Path | None:
     Inputs are loaded and checked after this and before the run directory is touched, so bad
     input leaves nothing behind.
     """
-    set_threads(cfg.run.threads)
+    threads, why = set_threads(cfg.run.threads)
+    if cfg.run.threads == 0:
+        notice(f"{threads} torch thread{'s' if threads > 1 else ''} ({why}).")
     if cfg.run.retain_memory:
         retain_freed_memory()
     seed_everything(cfg.run.seed)
     check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
-    return latest_checkpoint(cfg.run.out) if resume else None
+    ckpt = latest_checkpoint(cfg.run.out) if resume else None
+    if resume and ckpt is None:
+        notice(f"no complete checkpoint in '{cfg.run.out}' yet: the run starts from the beginning.")
+    return ckpt
+
+
+def announce_resume(ckpt: Path | None, step: int, total: int) -> None:
+    """'resuming from step N of M' on stderr when continuing from ``ckpt``."""
+    if ckpt is not None:
+        notice(f"resuming from step {step} of {total} ({ckpt}).")
+
+
+def notice(text: str) -> None:
+    """One line for the user on stderr (above any progress bar): what tether chose and why."""
+    tqdm.write(f"tether: {text}", file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class LengthLimit:
+    """A token limit from config, capped at the models' context (``capped_by`` says so, else None)."""
+
+    tokens: int
+    capped_by: str | None = None
+
+
+def smallest_context(models: dict[str, object]) -> tuple[int | None, str]:
+    """The smallest context length (positions) among ``models`` (name -> model or config), and its name."""
+    known = [(context_length(m), name) for name, m in models.items() if context_length(m) is not None]
+    return min(known) if known else (None, "")
+
+
+def fit_to_context(value: int, key: str, models: dict[str, object], reserved: int = 0,
+                   reserved_key: str | None = None) -> LengthLimit:
+    """The limit ``value`` of config ``key``, capped so that it plus ``reserved`` tokens (config
+    ``reserved_key``) fit in the smallest context of ``models``.
+
+    A learned position table fails past its end (GPT-2: an IndexError deep in the model) and
+    rotary positions were never trained there, so no sequence may outgrow the context. A
+    ``reserved`` that leaves no room at all is a :class:`ConfigError` naming both keys.
+    """
+    context, name = smallest_context(models)
+    if context is None or value + reserved <= context:
+        return LengthLimit(value)
+    room = context - reserved
+    if room < 1:
+        raise ConfigError(
+            f"Config key '{reserved_key}' = {reserved}: that many tokens alone fill the context of the model "
+            f"'{name}' ({context} positions); expected at most {context - 1}, so that a prompt fits too."
+        )
+    reserved_text = f" minus {reserved_key}={reserved}" if reserved else ""
+    return LengthLimit(room, f"capped from {key}={value}: the context of the model '{name}' is {context} "
+                             f"positions{reserved_text}")
 
 
 def log_data_counts(out: Path, stage: str, counts: dict) -> None:
@@ -129,6 +192,7 @@ def save_final(out: str | Path, model, tokenizer, meta: dict | None = None) -> N
     """
     out = Path(out)
     (out / MANIFEST).unlink(missing_ok=True)
+    remove_stale_temps(out)  # a save killed earlier left its staging directories here
 
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
@@ -137,6 +201,7 @@ def save_final(out: str | Path, model, tokenizer, meta: dict | None = None) -> N
     staged = atomic_write_dir(out / ".final-staging", write, meta)
     for path in sorted(staged.iterdir(), key=lambda p: p.name == MANIFEST):
         os.replace(path, out / path.name)
+        fault_point("final-move")
     staged.rmdir()
 
 

@@ -38,6 +38,7 @@ from tether.errors import TrainingError
 from tether.loops.common import (
     NonFiniteGuard,
     Timer,
+    announce_resume,
     begin_run,
     grad_norm,
     make_optimizer,
@@ -55,6 +56,7 @@ from tether.loops.ppo_setup import (
     kl_controller,
     load_prompt_set,
     prompt_indices,
+    prompt_limit,
     sampling_params,
 )
 from tether.checkpoint import (
@@ -68,7 +70,7 @@ from tether.eval.health import HealthMonitor, append_alarms
 from tether.models.linear_backend import WeightGradWork
 from tether.placement.threads import RoleThreads
 from tether.metrics import JsonlWriter, MetricsLogger
-from tether.runs import prepare_run_dir
+from tether.runs import guarded_run, prepare_run_dir
 from tether.types import Experience, Rollout
 
 log = logging.getLogger(__name__)
@@ -415,6 +417,7 @@ def sample_rows(iteration: int, exp: Experience, n: int) -> list[dict]:
     ]
 
 
+@guarded_run
 def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
     """Run PPO; save the final policy at ``run.out`` (critic in ``run.out/critic``).
 
@@ -423,8 +426,9 @@ def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
     """
     ckpt = begin_run(cfg, "ppo", resume)
     roles = build_roles(cfg, ckpt)
-    prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, roles.tokenizer, cfg.model.chat_template, cfg.rollout.max_prompt_length)
-    evaluator = build_evaluator(cfg, roles)
+    cap = prompt_limit(cfg, roles)
+    prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, roles.tokenizer, cfg.model.chat_template, cap)
+    evaluator = build_evaluator(cfg, roles, cap)
     out = prepare_run_dir(cfg.run.out, cfg, "ppo", cfg.run.overwrite, resume=ckpt is not None)
     trainer = PPOTrainer(cfg, roles, prompts)
     if ckpt is not None:
@@ -434,6 +438,7 @@ def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
         truncate_metrics(out, trainer.iteration, "ppo")
         truncate_jsonl(out / "samples.jsonl", trainer.iteration)
         truncate_jsonl(out / "alarms.jsonl", trainer.iteration)
+    announce_resume(ckpt, trainer.iteration, cfg.ppo.iterations)
     logger = MetricsLogger(out, "ppo")
     if ckpt is None:
         logger.log(0, {"data/prompts": len(prompts.ids), "data/dropped_long": prompts.dropped_long})

@@ -14,6 +14,7 @@ from tether.algos import AdaptiveKLController, FixedKLController, RunningMoments
 from tether.config import PPOConfig
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.errors import DataError, ModelError
+from tether.loops.common import LengthLimit, fit_to_context, notice
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.models import last_layer
 from tether.models.forward import bf16_native, use_fp32_attention
@@ -56,15 +57,18 @@ def build_reward(cfg: PPOConfig, tokenizer) -> RewardSource:
     """A reward model, an ensemble of them, a python callable, or a reward server (``reward.url``)."""
     rcfg = cfg.reward
     if rcfg.callable:
-        return CallableReward(import_callable(rcfg.callable), rcfg.callable)
+        return CallableReward(import_callable(rcfg.callable, "reward.callable"), rcfg.callable)
     if rcfg.url:
         from tether.roles.remote_reward import RemoteReward
 
-        return RemoteReward(rcfg.url, rcfg.api_key)
+        remote = RemoteReward(rcfg.url, rcfg.api_key)
+        remote.check()
+        return remote
     members = []
     for path in rcfg.models:
-        _same_vocab(tokenizer, load_tokenizer(path), f"reward model '{path}'")
-        members.append(ModelReward(load_scalar_model(path, tokenizer, cfg.model.dtype), path, cfg.ppo.autocast))
+        _same_vocab(tokenizer, load_tokenizer(path, key="reward.models"), f"reward model '{path}'")
+        model = load_scalar_model(path, tokenizer, cfg.model.dtype, key="reward.models")
+        members.append(ModelReward(model, path, cfg.ppo.autocast))
     if len(members) == 1:
         return members[0]
     return EnsembleReward(members, rcfg.combine, rcfg.std_coef)
@@ -73,25 +77,31 @@ def build_reward(cfg: PPOConfig, tokenizer) -> RewardSource:
 def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
     """Load the four roles; with ``checkpoint`` the actor and critic come from it (resume)."""
     policy_path = cfg.model.name_or_path
-    tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path)
+    tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     load = dict(tokenizer=tokenizer, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
-    actor_model = load_causal_lm(str(checkpoint / "actor") if checkpoint else policy_path, **load)
-    reference_model = load_causal_lm(cfg.reference or policy_path, **load)
+    actor_model = load_causal_lm(str(checkpoint / "actor") if checkpoint else policy_path, **load,
+                                 key=None if checkpoint else "model.name_or_path")
+    reference_model = load_causal_lm(cfg.reference or policy_path, **load,
+                                     key="reference" if cfg.reference else "model.name_or_path")
     reward = build_reward(cfg, tokenizer)
     if cfg.critic.shared_trunk:
         # A resumed run's trained head; otherwise make_roles builds a fresh one.
         head = ValueHead.from_pretrained(checkpoint / "critic", actor_model.config.hidden_size) if checkpoint else None
         return make_roles(cfg, actor_model, reference_model, head, reward, tokenizer)
+    # critic.init=reward: a trained head is expected (critic.path or the first reward model);
+    # critic.init=policy: a fresh head (std 0.02) on critic.path or the policy is the point.
     if cfg.critic.path:
-        critic_path, head_std = cfg.critic.path, None
-    elif cfg.critic.init == "reward" and cfg.reward.models:
+        critic_path, key = cfg.critic.path, "critic.path"
+    elif cfg.critic.init == "reward":
         # Critic from the RM: its head already predicts the final score (Ouyang et al. 2022, sec. 3.5).
-        critic_path, head_std = cfg.reward.models[0], None
+        critic_path, key = cfg.reward.models[0], "reward.models"
     else:
-        critic_path, head_std = policy_path, 0.02
+        critic_path, key = policy_path, "model.name_or_path"
     if checkpoint is not None:
-        critic_path, head_std = str(checkpoint / "critic"), None
-    critic_model = load_scalar_model(critic_path, head_init_std=head_std, **load)
+        critic_path, key = str(checkpoint / "critic"), None
+    critic_model = load_scalar_model(critic_path, head_init_std=0.02, new_head=cfg.critic.init == "policy",
+                                     key=key, **load)
     return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer)
 
 
@@ -146,12 +156,16 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     )
 
 
-def _reward_models(reward) -> list:
+def _reward_members(reward) -> list[ModelReward]:
     if isinstance(reward, ModelReward):
-        return [reward.model]
+        return [reward]
     if isinstance(reward, EnsembleReward):
-        return [m for member in reward.members for m in _reward_models(member)]
+        return [m for member in reward.members for m in _reward_members(member)]
     return []
+
+
+def _reward_models(reward) -> list:
+    return [member.model for member in _reward_members(reward)]
 
 
 @dataclass
@@ -161,21 +175,39 @@ class PromptSet:
     dropped_long: int
 
 
-def load_prompt_set(source: str, split: str, tokenizer, chat_template: str, max_length: int, limit: int | None = None) -> PromptSet:
-    examples = prompt_examples(load_records(source, split))
+def load_prompt_set(source: str, split: str, tokenizer, chat_template: str, max_length: int | LengthLimit,
+                    limit: int | None = None, key: str = "prompts") -> PromptSet:
+    """Encoded prompts of ``source`` (config ``key``); longer than ``max_length`` tokens: dropped, counted."""
+    cap = max_length if isinstance(max_length, LengthLimit) else LengthLimit(max_length)
+    examples = prompt_examples(load_records(source, split, key=key))
     if limit:
         examples = examples[:limit]
     ids, texts, dropped = [], [], 0
     for ex in examples:
         encoded = encode_prompt(ex.prompt, tokenizer, chat_template)
-        if len(encoded) > max_length:
+        if len(encoded) > cap.tokens:
             dropped += 1
             continue
         ids.append(encoded)
         texts.append(prompt_text(ex.prompt))
+    why = f" ({cap.capped_by})" if cap.capped_by else ""
     if not ids:
-        raise DataError(f"'{source}': no prompt is within rollout.max_prompt_length={max_length} tokens.")
+        raise DataError(f"'{source}' ({key}): no prompt is within rollout.max_prompt_length={cap.tokens} tokens{why}.")
+    if cap.capped_by and dropped:
+        notice(f"{dropped} of {len(examples)} prompts of '{source}' ({key}) dropped as longer than {cap.tokens} "
+               f"tokens{why}.")
     return PromptSet(ids, texts, dropped)
+
+
+def prompt_limit(cfg: PPOConfig, roles: Roles) -> LengthLimit:
+    """rollout.max_prompt_length, capped so that a prompt and rollout.max_new_tokens fit every model."""
+    models = {cfg.model.name_or_path: roles.actor.model, (cfg.reference or cfg.model.name_or_path): roles.reference.model}
+    if not cfg.critic.shared_trunk:
+        models[cfg.critic.path or "the critic"] = roles.critic.model
+    for member in _reward_members(roles.reward):
+        models[member.name] = member.model
+    return fit_to_context(cfg.rollout.max_prompt_length, "rollout.max_prompt_length", models,
+                          cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
 
 
 def sampling_params(cfg: PPOConfig) -> SamplingParams:
@@ -219,15 +251,15 @@ class ScoreNormalizer:
         self.moments.load_state_dict(state["moments"])
 
 
-def build_evaluator(cfg: PPOConfig, roles: Roles):
+def build_evaluator(cfg: PPOConfig, roles: Roles, max_length: LengthLimit | None = None):
     """The held-out evaluator of ``cfg.eval`` (None when no prompts are configured)."""
     from tether.eval.held_out import HeldOutEvaluator
 
     if not cfg.eval.prompts:
         return None
     held = load_prompt_set(cfg.eval.prompts, "test", roles.tokenizer, cfg.model.chat_template,
-                           cfg.rollout.max_prompt_length, limit=cfg.eval.max_prompts)
-    judge = import_callable(cfg.eval.judge) if cfg.eval.judge else None
+                           max_length or cfg.rollout.max_prompt_length, limit=cfg.eval.max_prompts, key="eval.prompts")
+    judge = import_callable(cfg.eval.judge, "eval.judge") if cfg.eval.judge else None
     return HeldOutEvaluator(held.ids, held.texts, sampling_params(cfg), cfg.run.seed, roles.reward, judge)
 
 

@@ -17,13 +17,22 @@ from tether.algos import bradley_terry_loss
 from tether.config import RewardModelConfig
 from tether.data import collate_right, load_records, preference_examples, tokenize_preference
 from tether.errors import DataError
-from tether.loops.common import begin_run, log_data_counts, save_final, steps_for
+from tether.loops.common import (
+    LengthLimit,
+    begin_run,
+    fit_to_context,
+    log_data_counts,
+    notice,
+    save_final,
+    steps_for,
+)
 from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.loops.sft import split_holdout
 from tether.metrics import MetricsLogger
 from tether.models import load_scalar_model, load_tokenizer
+from tether.models.loading import load_model_config
 from tether.models.forward import last_token_scores
-from tether.runs import prepare_run_dir
+from tether.runs import guarded_run, prepare_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +45,13 @@ def pair_scores(model, pairs: list, pad_id: int) -> tuple[torch.Tensor, torch.Te
     return scores[: len(pairs)], scores[len(pairs) :]
 
 
-def load_pairs(cfg: RewardModelConfig, tokenizer):
+def load_pairs(cfg: RewardModelConfig, tokenizer, limit: LengthLimit | None = None):
+    """Tokenized train pairs, their margins, eval pairs and counts; ``limit``: data.max_length fitted to the model."""
     data = cfg.data
+    limit = limit or LengthLimit(data.max_length)
 
-    def read(source, split):
-        records = load_records(source, split)
+    def read(source, split, key):
+        records = load_records(source, split, key=key)
         examples, counts = preference_examples(records, cfg.on_identical)
         margins = None
         if cfg.margin_field:
@@ -48,12 +59,12 @@ def load_pairs(cfg: RewardModelConfig, tokenizer):
             margins = [_margin(by_row[ex.row], cfg.margin_field) for ex in examples]
         return examples, counts, margins
 
-    train, counts, margins = read(data.train, data.train_split)
+    train, counts, margins = read(data.train, data.train_split, "data.train")
     if data.max_rows:
         train = train[: data.max_rows]
         margins = margins[: data.max_rows] if margins else None
     if data.eval:
-        evals, _, _ = read(data.eval, data.eval_split)
+        evals, _, _ = read(data.eval, data.eval_split, "data.eval")
     else:
         idx = list(range(len(train)))
         keep, held = split_holdout(idx, data.eval_size, cfg.run.seed)
@@ -64,7 +75,8 @@ def load_pairs(cfg: RewardModelConfig, tokenizer):
     def encode(examples, margin_list):
         out, kept_margins = [], []
         for i, ex in enumerate(examples):
-            tok = tokenize_preference(ex, tokenizer, data.max_length, cfg.model.chat_template, data.on_long)
+            tok = tokenize_preference(ex, tokenizer, limit.tokens, cfg.model.chat_template, data.on_long,
+                                      limit.capped_by)
             if tok is not None:
                 out.append(tok)
                 kept_margins.append(margin_list[i] if margin_list else 0.0)
@@ -74,7 +86,11 @@ def load_pairs(cfg: RewardModelConfig, tokenizer):
     train_tok, train_margins, train_counts = encode(train, margins)
     eval_tok, _, eval_counts = encode(evals, None)
     if not train_tok:
-        raise DataError(f"'{data.train}': no usable preference pairs after tokenization.")
+        raise DataError(f"'{data.train}' (data.train): no usable preference pairs after tokenization"
+                        + (f" to {limit.tokens} tokens ({limit.capped_by})." if limit.capped_by else "."))
+    if limit.capped_by and (train_counts["dropped_long"] or train_counts["truncated_long"]):
+        notice(f"{train_counts['truncated_long']} training pairs truncated and {train_counts['dropped_long']} "
+               f"dropped at {limit.tokens} tokens ({limit.capped_by}).")
     counts = {**counts, **train_counts, **{f"eval_{k}": v for k, v in eval_counts.items()}}
     return train_tok, train_margins, eval_tok, counts
 
@@ -108,15 +124,20 @@ def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: flo
     }
 
 
+@guarded_run
 def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
     ckpt = begin_run(cfg, "rm", resume)
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
-    train, margins, evals, counts = load_pairs(cfg, tokenizer)
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    limit = fit_to_context(cfg.data.max_length, "data.max_length",
+                           {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path")})
+    train, margins, evals, counts = load_pairs(cfg, tokenizer, limit)
+    # The head is new when starting from the SFT model (a causal LM); a trained one is kept.
     model = load_scalar_model(
         str(ckpt / "model") if ckpt else cfg.model.name_or_path, tokenizer, cfg.model.dtype,
-        cfg.keep_dropout, head_init_std=None if ckpt else cfg.head_init_std,
-        trust_remote_code=cfg.model.trust_remote_code,
+        cfg.keep_dropout, head_init_std=cfg.head_init_std, new_head=ckpt is None,
+        trust_remote_code=cfg.model.trust_remote_code, key=None if ckpt else "model.name_or_path",
     )
     model.config.score_offset = 0.0
     out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume=ckpt is not None)

@@ -16,11 +16,20 @@ from tether.algos import sft_loss, token_logprobs
 from tether.config import SFTConfig
 from tether.data import collate_right, load_records, sft_examples, tokenize_sft
 from tether.errors import DataError
-from tether.loops.common import begin_run, log_data_counts, save_final, steps_for
+from tether.loops.common import (
+    LengthLimit,
+    begin_run,
+    fit_to_context,
+    log_data_counts,
+    notice,
+    save_final,
+    steps_for,
+)
 from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.models import load_causal_lm, load_tokenizer
+from tether.models.loading import load_model_config
 from tether.models.forward import position_ids
-from tether.runs import prepare_run_dir
+from tether.runs import guarded_run, prepare_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +43,21 @@ def split_holdout(items: list, eval_size: int, seed: int) -> tuple[list, list]:
     return [x for i, x in enumerate(items) if i not in held], [items[i] for i in sorted(held)]
 
 
-def load_sft_data(cfg: SFTConfig, tokenizer):
+def load_sft_data(cfg: SFTConfig, tokenizer, limit: LengthLimit | None = None):
+    """Tokenized train and eval examples and their counts; ``limit``: data.max_length fitted to the model."""
     data = cfg.data
-    train = sft_examples(load_records(data.train, data.train_split))
+    limit = limit or LengthLimit(data.max_length)
+    train = sft_examples(load_records(data.train, data.train_split, key="data.train"))
     if data.max_rows:
         train = train[: data.max_rows]
     if data.eval:
-        evals = sft_examples(load_records(data.eval, data.eval_split))
+        evals = sft_examples(load_records(data.eval, data.eval_split, key="data.eval"))
     else:
         train, evals = split_holdout(train, data.eval_size, cfg.run.seed)
 
     def encode(examples):
         out = [
-            tokenize_sft(ex, tokenizer, data.max_length, cfg.model.chat_template, data.on_long)
+            tokenize_sft(ex, tokenizer, limit.tokens, cfg.model.chat_template, data.on_long, limit.capped_by)
             for ex in examples
         ]
         kept = [t for t in out if t is not None]
@@ -56,7 +67,11 @@ def load_sft_data(cfg: SFTConfig, tokenizer):
     eval_tok, eval_counts = encode(evals)
     counts.update({f"eval_{k}": v for k, v in eval_counts.items()})
     if not train_tok:
-        raise DataError(f"'{data.train}': no usable training examples after tokenization.")
+        raise DataError(f"'{data.train}' (data.train): no usable training examples after tokenization"
+                        + (f" to {limit.tokens} tokens ({limit.capped_by})." if limit.capped_by else "."))
+    if limit.capped_by and (counts["dropped_long"] or counts["truncated_long"]):
+        notice(f"{counts['truncated_long']} training examples truncated and {counts['dropped_long']} dropped at "
+               f"{limit.tokens} tokens ({limit.capped_by}).")
     return train_tok, eval_tok, counts
 
 
@@ -86,17 +101,22 @@ def evaluate_sft(model, examples, pad_id: int, batch_size: int) -> float:
     return total / max(count, 1)
 
 
+@guarded_run
 def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     """Train, evaluate, save ``run.out`` as a Hugging Face checkpoint; return final metrics.
 
     ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
     """
     ckpt = begin_run(cfg, "sft", resume)
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path)
-    train, evals, counts = load_sft_data(cfg, tokenizer)
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    limit = fit_to_context(cfg.data.max_length, "data.max_length",
+                           {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path")})
+    train, evals, counts = load_sft_data(cfg, tokenizer, limit)
     model = load_causal_lm(
         str(ckpt / "model") if ckpt else cfg.model.name_or_path,
         tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code,
+        key=None if ckpt else "model.name_or_path",
     )
     out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None)
     total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)

@@ -17,6 +17,7 @@ import torch
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rng_state, truncate_metrics
 from tether.loops.common import (
     NonFiniteGuard,
+    announce_resume,
     batch_indices,
     grad_norm,
     make_optimizer,
@@ -64,6 +65,7 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
         start = state["step"]
         set_rng_state(state["rng"])
         truncate_metrics(out, start, job.stage)
+    announce_resume(ckpt, start, total_steps)
     logger = MetricsLogger(out, job.stage)
     micro = opt.batch_size // opt.grad_accum_steps
     job.model.train()

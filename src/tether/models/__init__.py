@@ -1,6 +1,7 @@
 """Loading Hugging Face models by hub id or path, and the forward passes RLHF needs."""
 
 from tether.models.loading import (
+    context_length,
     disable_dropout,
     load_causal_lm,
     load_scalar_model,
@@ -10,6 +11,7 @@ from tether.models.loading import (
 )
 
 __all__ = [
+    "context_length",
     "disable_dropout",
     "load_causal_lm",
     "load_scalar_model",

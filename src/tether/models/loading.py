@@ -21,45 +21,113 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 PAD_TOKEN = "<|pad|>"
 
 
-def _check_exists(name_or_path: str, what: str) -> None:
+def _named(name_or_path: str, key: str | None) -> str:
+    """``'P'`` or ``'P' (config.key)``: errors name the config key the path came from."""
+    return f"'{name_or_path}'" + (f" ({key})" if key else "")
+
+
+def looks_local(name_or_path: str) -> bool:
+    """Meant as a local path rather than a hub id (``name`` or ``org/name``).
+
+    Anything starting with ``.``, ``/`` or ``~``, with two or more slashes, or whose first
+    component is a directory here (``runs/nope`` when ``runs/`` exists) is a path.
+    """
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2 or "\\" in name_or_path:
+        return True
+    head = name_or_path.split("/", 1)[0]
+    return "/" in name_or_path and Path(head).expanduser().is_dir()
+
+
+def _check_exists(name_or_path: str, what: str, key: str | None = None) -> None:
     """A path-looking name that does not exist gets a clear error instead of a hub lookup."""
-    # Hub ids are `name` or `org/name`; anything else is meant as a local path.
-    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") >= 2
-    if looks_local and not Path(name_or_path).expanduser().exists():
+    if looks_local(name_or_path) and not Path(name_or_path).expanduser().exists():
         raise ModelError(
-            f"The {what} path '{name_or_path}' does not exist; expected a local checkpoint directory "
+            f"The {what} path {_named(name_or_path, key)} does not exist; expected a local checkpoint directory "
             "(with config.json) or a hub id such as 'org/name'."
         )
 
 
-def _wrap_load_error(name_or_path: str, what: str, err: Exception) -> ModelError:
+def _local_only(name_or_path: str) -> bool:
+    """Load from disk only: a local directory, or a hub id while the hub cannot be reached
+    (then only the local cache is searched, at once, instead of ~25 s of retries per file)."""
+    return Path(name_or_path).expanduser().exists() or hub_offline()
+
+
+_HUB_REACHABLE: dict[str, bool] = {}
+
+
+def hub_offline(timeout: float = 1.0) -> bool:
+    """``HF_HUB_OFFLINE`` is set, or the hub's host cannot be reached within ``timeout`` s (checked once)."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return True
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    if host not in _HUB_REACHABLE:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            _HUB_REACHABLE[host] = True
+        except OSError:  # no DNS, no route, refused, timed out
+            _HUB_REACHABLE[host] = False
+    return not _HUB_REACHABLE[host]
+
+
+def _wrap_load_error(name_or_path: str, what: str, err: Exception, key: str | None = None) -> ModelError:
     # Library messages span lines; the error stays one paragraph, of bounded length.
     reason = " ".join(str(err).split()).rstrip(".")
     if len(reason) > 400:
         reason = reason[:400] + "..."
     local = "" if Path(name_or_path).expanduser().exists() else " (no local path of that name exists either)"
+    offline = "" if Path(name_or_path).expanduser().exists() or not hub_offline() else (
+        " The hub cannot be reached from here (or HF_HUB_OFFLINE is set), so only the local cache was searched.")
     return ModelError(
-        f"Could not load the {what} '{name_or_path}'{local}: {type(err).__name__}: {reason}. "
-        "Expected a local checkpoint directory (with config.json) or a reachable hub id."
+        f"Could not load the {what} {_named(name_or_path, key)}{local}: {type(err).__name__}: {reason}. "
+        f"Expected a local checkpoint directory (with config.json) or a reachable hub id.{offline}"
     )
 
 
-def load_tokenizer(name_or_path: str, padding_side: str = "left"):
+def load_tokenizer(name_or_path: str, padding_side: str = "left", key: str | None = None):
     """Tokenizer with a pad token distinct from EOS (added if missing) and left padding."""
     from transformers import AutoTokenizer
 
-    _check_exists(name_or_path, "tokenizer")
+    _check_exists(name_or_path, "tokenizer", key)
     try:
-        tok = AutoTokenizer.from_pretrained(name_or_path)
+        tok = AutoTokenizer.from_pretrained(name_or_path, local_files_only=_local_only(name_or_path))
     except Exception as err:  # noqa: BLE001 - library errors become one clear message
-        raise _wrap_load_error(name_or_path, "tokenizer", err) from None
+        raise _wrap_load_error(name_or_path, "tokenizer", err, key) from None
     if tok.eos_token_id is None:
-        raise ModelError(f"The tokenizer '{name_or_path}' has no EOS token; tether needs one.")
+        raise ModelError(f"The tokenizer {_named(name_or_path, key)} has no EOS token; tether needs one.")
     if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
         # A pad equal to EOS would hide the real EOS from masks and last-token pooling.
         tok.add_special_tokens({"pad_token": PAD_TOKEN})
     tok.padding_side = padding_side
     return tok
+
+
+def load_model_config(name_or_path: str, key: str | None = None, trust_remote_code: bool = False):
+    """The transformers config of a checkpoint (no weights): architecture, context length, head size."""
+    from transformers import AutoConfig
+
+    _check_exists(name_or_path, "model", key)
+    try:
+        return AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code,
+                                          local_files_only=_local_only(name_or_path))
+    except Exception as err:  # noqa: BLE001
+        raise _wrap_load_error(name_or_path, "model config", err, key) from None
+
+
+def _architectures(config) -> list[str]:
+    return list(getattr(config, "architectures", None) or [])
+
+
+def is_scalar_head_config(config) -> bool:
+    """The checkpoint holds a sequence-classification (reward model / critic) head."""
+    return any("ForSequenceClassification" in a for a in _architectures(config))
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -93,21 +161,45 @@ def load_causal_lm(
     dtype: str = "float32",
     keep_dropout: bool = False,
     trust_remote_code: bool = False,
+    key: str | None = None,
 ):
-    """``AutoModelForCausalLM`` with dropout off, vocab fitted to ``tokenizer``."""
+    """``AutoModelForCausalLM`` with dropout off, vocab fitted to ``tokenizer``.
+
+    A reward-model (scalar-head) checkpoint, or one that lacks weights the causal LM needs
+    (they would be initialised at random), is a :class:`ModelError`: a policy must be a
+    trained causal LM. ``key`` names the config key or flag the path came from, for errors.
+    """
     from transformers import AutoModelForCausalLM
 
-    _check_exists(name_or_path, "model")
+    config = load_model_config(name_or_path, key, trust_remote_code)
+    if is_scalar_head_config(config):
+        raise ModelError(
+            f"The model {_named(name_or_path, key)} is a scalar-head checkpoint ({', '.join(_architectures(config))}: "
+            "a reward model or critic), not a causal LM; a policy needs a causal LM such as the SFT output."
+        )
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            name_or_path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
+        model, info = AutoModelForCausalLM.from_pretrained(
+            name_or_path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, output_loading_info=True,
+            local_files_only=_local_only(name_or_path),
         )
     except Exception as err:  # noqa: BLE001
-        raise _wrap_load_error(name_or_path, "causal LM", err) from None
+        raise _wrap_load_error(name_or_path, "causal LM", err, key) from None
+    _refuse_fresh_weights(name_or_path, key, "causal LM", info["missing_keys"])
     _fit_vocab(model, tokenizer)
     if not keep_dropout:
         disable_dropout(model)
     return model
+
+
+def _refuse_fresh_weights(name_or_path: str, key: str | None, what: str, missing) -> None:
+    """Weights the checkpoint lacks would be random: a checkpoint of another architecture."""
+    missing = sorted(missing)
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ModelError(
+            f"The checkpoint {_named(name_or_path, key)} lacks weights a {what} needs ({shown}); they would be "
+            "initialised at random. Expected a checkpoint of the same architecture, trained."
+        )
 
 
 def load_scalar_model(
@@ -117,41 +209,68 @@ def load_scalar_model(
     keep_dropout: bool = False,
     head_init_std: float | None = None,
     trust_remote_code: bool = False,
+    new_head: bool = False,
+    key: str | None = None,
 ):
     """``AutoModelForSequenceClassification(num_labels=1)``: a reward model or critic.
 
-    Loading a causal-LM checkpoint gives a fresh head; ``head_init_std`` re-initialises it.
+    A checkpoint without a scalar head (a causal LM) gets a fresh one only with ``new_head``
+    (the reward-model stage, a critic started from the policy), initialised with
+    ``head_init_std`` when given; otherwise that is a :class:`ModelError`, because a reward
+    model or critic with a random head scores at random. A trained head is kept as it is.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
 
-    _check_exists(name_or_path, "model")
-    try:
-        config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    except Exception as err:  # noqa: BLE001
-        raise _wrap_load_error(name_or_path, "model config", err) from None
+    config = load_model_config(name_or_path, key, trust_remote_code)
     num_labels = getattr(config, "num_labels", 1)
-    is_classifier = any("ForSequenceClassification" in a for a in (config.architectures or []))
-    if is_classifier and num_labels != 1:
+    if is_scalar_head_config(config) and num_labels != 1:
         raise ModelError(
-            f"The model '{name_or_path}' has a head with {num_labels} outputs; a reward model or "
+            f"The model {_named(name_or_path, key)} has a head with {num_labels} outputs; a reward model or "
             "critic needs exactly one (num_labels=1)."
         )
     config.num_labels = 1
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            name_or_path, config=config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            name_or_path, config=config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code,
+            output_loading_info=True, local_files_only=_local_only(name_or_path),
         )
     except Exception as err:  # noqa: BLE001
-        raise _wrap_load_error(name_or_path, "scalar-head model", err) from None
-    if score_head(model).weight.shape[0] != 1:
-        raise ModelError(f"The model '{name_or_path}' head has more than one output.")
-    if head_init_std is not None:
+        raise _wrap_load_error(name_or_path, "scalar-head model", err, key) from None
+    head = score_head(model)
+    if head.weight.shape[0] != 1:
+        raise ModelError(f"The model {_named(name_or_path, key)} head has more than one output.")
+    head_names = {name for name, p in model.named_parameters() if p is head.weight or p is head.bias}
+    missing = set(info["missing_keys"])
+    fresh_head = bool(missing & head_names)
+    _refuse_fresh_weights(name_or_path, key, "scalar-head model", missing - head_names)
+    if fresh_head and not new_head:
+        raise ModelError(
+            f"The model {_named(name_or_path, key)} has no trained scalar head "
+            f"({', '.join(_architectures(config)) or 'no scalar head in its weights'}): as a reward model or "
+            "critic it would score with a randomly initialised head. Give a reward model trained by `tether rm` "
+            "(an AutoModelForSequenceClassification checkpoint with num_labels=1)."
+        )
+    if fresh_head and head_init_std is not None:
         with torch.no_grad():
-            score_head(model).weight.normal_(0.0, head_init_std)
+            head.weight.normal_(0.0, head_init_std)
     _fit_vocab(model, tokenizer)
     if not keep_dropout:
         disable_dropout(model)
     return model
+
+
+def context_length(model_or_config) -> int | None:
+    """The most positions a model (or its config) takes, when its config says; None otherwise.
+
+    Learned position embeddings (GPT-2) fail past it with an IndexError; rotary ones (Llama,
+    Qwen) run but were never trained there. Either way tether keeps every sequence within it.
+    """
+    config = getattr(model_or_config, "config", model_or_config)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def score_head(model) -> nn.Linear:

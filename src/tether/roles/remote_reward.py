@@ -46,6 +46,40 @@ class RemoteReward:
         self._httpx = httpx2
         self.client = httpx2.Client(headers=headers, timeout=timeout)
 
+    def check(self) -> None:
+        """Before a run starts: the server answers ``GET /health`` and serves a reward model.
+
+        A typo in ``reward.url`` or a server that is down is then a clean error before the run
+        directory exists, not a failure at the first rollout.
+        """
+        health = self.endpoint.removesuffix("/v1/rewards") + "/health"
+        try:
+            response = self._get_with_retries(health)
+        except self._httpx.TransportError as err:
+            raise ModelError(
+                f"The reward server {self.endpoint} (reward.url) could not be reached: {type(err).__name__}: {err}. "
+                "Is `tether serve --reward-model ...` running there?"
+            ) from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code != 200 or not isinstance(body, dict):
+            raise ModelError(f"The reward server {self.endpoint} (reward.url) is not healthy: GET /health answered "
+                             f"HTTP {response.status_code}: {response.text[:200]!r}.")
+        if not body.get("reward_model"):
+            raise ModelError(f"The server at {self.endpoint} (reward.url) serves no reward model; start it with "
+                             "`tether serve --reward-model DIR`.")
+
+    def _get_with_retries(self, url: str):
+        for attempt in range(self.retries + 1):
+            try:
+                return self.client.get(url)
+            except self._httpx.TransportError:
+                if attempt == self.retries:
+                    raise
+                time.sleep(self.backoff * 2**attempt)
+
     def score(self, rollout: Rollout) -> Tensor:
         pairs = [
             {"prompt": p, "response": r, "ended": bool(e)}

@@ -82,16 +82,20 @@ class EnsembleReward:
         return combine_scores(stacked, self.combine, self.std_coef)
 
 
-def import_callable(spec: str) -> Callable:
-    """``'package.module:function'`` -> the function, with a clear error when it is not there."""
+def import_callable(spec: str, key: str | None = None) -> Callable:
+    """``'package.module:function'`` -> the function, with a clear error when it is not there.
+
+    ``key``: the config key or flag ``spec`` came from, named in errors.
+    """
+    named = f"'{spec}'" + (f" ({key})" if key else "")
     if ":" not in spec:
-        raise ConfigError(f"Callable '{spec}' must be written as 'module:function'.")
+        raise ConfigError(f"Callable {named} must be written as 'module:function'.")
     module_name, attr = spec.split(":", 1)
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ConfigError(f"Cannot import module '{module_name}' for callable '{spec}': {err}") from None
+        raise ConfigError(f"Cannot import module '{module_name}' for callable {named}: {err}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ConfigError(f"Module '{module_name}' has no callable '{attr}' (from '{spec}').")
+        raise ConfigError(f"Module '{module_name}' has no callable '{attr}' (from {named}).")
     return fn

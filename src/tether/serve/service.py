@@ -21,7 +21,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from tether.data import collate_left, collate_right
-from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
+from tether.models import context_length, load_causal_lm, load_scalar_model, load_tokenizer
 from tether.roles.reward import ModelReward
 from tether.serve.batcher import Job
 from tether.serve.textstream import TextAssembler
@@ -30,16 +30,6 @@ from tether.types import Rollout
 log = logging.getLogger(__name__)
 
 SCORE_CHUNK = 64  # sequences per reward-model forward pass
-
-
-def context_length(model) -> int | None:
-    """The model's maximum number of positions, when its config says."""
-    config = model.config
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def eos_ids(model, tokenizer) -> list[int]:
@@ -167,12 +157,13 @@ class ModelService:
     def load(cls, model: str, reward_model: str | None = None, dtype: str = "float32",
              trust_remote_code: bool = False, max_batch_size: int = 32) -> "ModelService":
         """Load a policy checkpoint (any HF causal LM) and optionally a scalar-head reward model."""
-        tokenizer = load_tokenizer(model)
-        policy = load_causal_lm(model, tokenizer, dtype, trust_remote_code=trust_remote_code)
+        tokenizer = load_tokenizer(model, key="--model")
+        policy = load_causal_lm(model, tokenizer, dtype, trust_remote_code=trust_remote_code, key="--model")
         rm = rm_tok = None
         if reward_model:
-            rm_tok = load_tokenizer(reward_model)
-            rm = load_scalar_model(reward_model, rm_tok, dtype, trust_remote_code=trust_remote_code)
+            rm_tok = load_tokenizer(reward_model, key="--reward-model")
+            rm = load_scalar_model(reward_model, rm_tok, dtype, trust_remote_code=trust_remote_code,
+                                   key="--reward-model")
         return cls(policy, tokenizer, rm, rm_tok, max_batch_size)
 
     @property

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from tether.errors import ConfigError
 
 MiB = 1024 * 1024
+MAX_BATCH_WAIT_MS = 10_000  # a longer wait would only stall requests
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,16 @@ class ServeSettings:
         positive = ("default_max_tokens", "max_tokens_limit", "max_n", "max_prompt_tokens", "max_body_bytes",
                     "queue_depth", "max_batch_size", "max_reward_pairs", "best_of_default")
         for name in positive:
-            if getattr(self, name) < 1:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"--{name.replace('_', '-')} must be an integer, got {value!r}.")
+            if value < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}.")
-        if self.batch_wait_ms < 0:
-            raise ConfigError(f"--batch-wait-ms must be >= 0, got {self.batch_wait_ms}.")
+        wait = self.batch_wait_ms
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_BATCH_WAIT_MS:
+            # NaN fails every comparison; a huge wait would overflow time.sleep in the worker.
+            raise ConfigError(f"--batch-wait-ms must be a number of milliseconds from 0 to {MAX_BATCH_WAIT_MS} "
+                              f"(the worker waits this long for a batch to fill), got {wait}.")
         if self.best_of_default > 1 and not has_reward_model:
             raise ConfigError("--best-of-default > 1 needs --reward-model to rank the candidates.")
         if self.best_of_default > self.max_n:

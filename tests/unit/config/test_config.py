@@ -350,3 +350,22 @@ def test_ratio_tolerance_is_raised_to_bf16_rounding_level_only_under_autocast():
     assert fp32.ppo.effective_ratio_tolerance == 0.001
     assert bf16.ppo.effective_ratio_tolerance == 0.1
     assert loose.ppo.effective_ratio_tolerance == 0.3
+
+
+def test_rebase_paths_makes_existing_relative_inputs_absolute(tmp_path):
+    """--resume from another directory: relative inputs are found where the run started (issue 19)."""
+    from tether.config import rebase_paths
+
+    (tmp_path / "task").mkdir()
+    (tmp_path / "task" / "prompts.jsonl").write_text("{}\n")
+    (tmp_path / "rm").mkdir()
+    data = {"model": {"name_or_path": "Qwen/Qwen2.5-0.5B"}, "prompts": "task/prompts.jsonl",
+            "reward": {"models": ["rm", "missing-rm"], "callable": None},
+            "run": {"out": "runs/x"}, "eval": {"prompts": str(tmp_path / "task" / "prompts.jsonl")}}
+    out = rebase_paths(PPOConfig, data, tmp_path)
+    assert out["prompts"] == str(tmp_path / "task" / "prompts.jsonl")
+    assert out["reward"]["models"] == [str(tmp_path / "rm"), "missing-rm"]  # missing: left alone
+    assert out["model"]["name_or_path"] == "Qwen/Qwen2.5-0.5B"  # a hub id: left alone
+    assert out["run"]["out"] == "runs/x"  # not an input path
+    assert out["eval"]["prompts"] == data["eval"]["prompts"]  # already absolute
+    assert data["prompts"] == "task/prompts.jsonl"  # the input dict is not changed

@@ -185,3 +185,34 @@ def test_hub_errors_are_wrapped(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: _FakeDataset())
     with pytest.raises(DataError, match=r"org/name \(split 'train'\): the dataset is empty"):
         load_records("org/name")
+
+
+@pytest.mark.parametrize("content,where", [
+    ('{"prompt": "a", "completion": "b"\n', "line 1: not valid JSON (Expecting ',' delimiter at column 34)"),
+    ('{"prompt": "a", "completion": }\n', "line 1: not valid JSON (Expecting value at column 31)"),
+    ('{"a": 1}\n{"prompt": "a",, "b": 1}\n', "line 2: not valid JSON (Expecting property name enclosed in "
+                                            "double quotes at column 16)"),
+    ('{"prompt": "a", "completion": "b\n', "line 1: not valid JSON (Unterminated string starting at column 31)"),
+])
+def test_jsonl_errors_point_at_the_real_column(write, content, where):
+    """An error at the end of a line was reported at 'column 1' (of the line break)."""
+    path = write("cols.jsonl", content)
+    with pytest.raises(DataError) as info:
+        load_records(path)
+    assert where in str(info.value)
+
+
+def test_json_document_spread_over_lines_points_at_its_line_and_column(write):
+    path = write("pretty.json", '{\n  "prompt": "a",\n  "completion": \n}\n')
+    with pytest.raises(DataError, match=r"pretty\.json, line 4, column 1: not valid JSON \(Expecting value"):
+        load_records(path)
+
+
+def test_errors_name_the_config_key(write, tmp_path):
+    path = write("bad.jsonl", '{"prompt": 1\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl \(data\.train\), line 1"):
+        load_records(path, key="data.train")
+    with pytest.raises(DataError, match=r"nope\.jsonl \(data\.eval\): no such file"):
+        load_records(str(tmp_path / "nope.jsonl"), key="data.eval")
+    rows = load_records(write("ok.jsonl", '{"a": 1}\n'), key="prompts")
+    assert rows[0].source.endswith("ok.jsonl (prompts)")

@@ -45,7 +45,7 @@ def lm(paths, tok):
 def scalar(paths, tok):
     torch.manual_seed(0)
     # A large head makes score differences well above float noise.
-    return load_scalar_model(paths["base"], tok, head_init_std=1.0)
+    return load_scalar_model(paths["base"], tok, head_init_std=1.0, new_head=True)
 
 
 def batch_prompt_response():
@@ -157,7 +157,7 @@ def test_load_causal_lm_disables_dropout(tmp_path):
 
 def test_load_scalar_model_disables_dropout(tmp_path):
     _tiny_llama_with_dropout(tmp_path)
-    model = load_scalar_model(str(tmp_path))
+    model = load_scalar_model(str(tmp_path), new_head=True)
     assert all(v == 0.0 for v in _dropout_values(model))
     model.train()
     x = torch.randint(0, 32, (1, 12))  # batch of one: this config has no pad id
@@ -166,7 +166,7 @@ def test_load_scalar_model_disables_dropout(tmp_path):
 
 # -- scalar models ------------------------------------------------------------------------
 def test_scalar_model_from_causal_checkpoint_has_one_output(paths, tok, lm):
-    model = load_scalar_model(paths["base"], tok)
+    model = load_scalar_model(paths["base"], tok, new_head=True)
     assert isinstance(model, LlamaForSequenceClassification)
     assert model.config.num_labels == 1
     assert score_head(model).weight.shape == (1, model.config.hidden_size)
@@ -177,8 +177,8 @@ def test_scalar_model_from_causal_checkpoint_has_one_output(paths, tok, lm):
 
 def test_head_init_std_reinitialises_the_head(paths, tok):
     torch.manual_seed(0)
-    small = load_scalar_model(paths["base"], tok, head_init_std=1e-3)
-    big = load_scalar_model(paths["base"], tok, head_init_std=10.0)
+    small = load_scalar_model(paths["base"], tok, head_init_std=1e-3, new_head=True)
+    big = load_scalar_model(paths["base"], tok, head_init_std=10.0, new_head=True)
     assert score_head(small).weight.std() < 0.01 < 1.0 < score_head(big).weight.std()
 
 

@@ -150,7 +150,7 @@ def test_model_reward_subtracts_the_stored_offset(tiny_task):
     d = tiny_task["dir"]
     tok = load_tokenizer(str(d / "tokenizer"))
     torch.manual_seed(0)
-    model = load_scalar_model(str(d / "base_model"), tok, head_init_std=1.0)
+    model = load_scalar_model(str(d / "base_model"), tok, head_init_std=1.0, new_head=True)
     model.config.score_offset = 0.75
     pid, pm = collate_left([[2, 5, 6], [2, 7]], tok.pad_token_id)
     ro = Rollout(

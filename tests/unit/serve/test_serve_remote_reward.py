@@ -13,7 +13,7 @@ from tether.errors import ConfigError, ModelError
 from tether.roles.remote_reward import RemoteReward
 from tether.types import Rollout
 
-BASE = ["model.name_or_path=m", "prompts=p.jsonl"]
+BASE = ["model.name_or_path=m", "prompts=p.jsonl", "critic.init=policy"]
 
 
 def rollout(n=3) -> Rollout:
@@ -90,3 +90,30 @@ def test_config_takes_exactly_one_reward_source():
         load_config(PPOConfig, None, [*BASE, "reward.url=http://x", "reward.models=[r]"])
     with pytest.raises(ConfigError, match="reward.url"):
         load_config(PPOConfig, None, BASE)
+
+
+def test_check_before_the_run_names_what_is_wrong():
+    """reward.url is checked (GET /health) before a run directory exists (issue 19, class 5)."""
+    def healthy(request):
+        assert request.url.path == "/health"
+        return httpx2.Response(200, json={"status": "ok", "reward_model": "rm"})
+
+    remote(healthy).check()
+
+    def no_rm(request):
+        return httpx2.Response(200, json={"status": "ok", "reward_model": None})
+
+    with pytest.raises(ModelError, match="serves no reward model"):
+        remote(no_rm).check()
+
+    def broken(request):
+        return httpx2.Response(500, text="boom")
+
+    with pytest.raises(ModelError, match="not healthy.*HTTP 500"):
+        remote(broken).check()
+
+    def refuse(request):
+        raise httpx2.ConnectError("refused", request=request)
+
+    with pytest.raises(ModelError, match=r"\(reward.url\) could not be reached"):
+        remote(refuse).check()

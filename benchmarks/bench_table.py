@@ -9,7 +9,7 @@ same rotation, and the table's "x TRL" column compares like with like.
 Variants:
 
     fp32            the defaults
-    bf16            ppo.autocast=bf16
+    bf16            run.precision=bf16
     fp32+compile    ppo.compile=true
     bf16+compile    both
     fp32+shared_trunk, bf16+shared_trunk
@@ -52,17 +52,16 @@ DEFAULT_VARIANTS = ["fp32", "bf16"]
 ABLATIONS = {
     "full_last_layer": ("fp32", ["ppo.trim_last_layer=false"]),
     "full_last_layer_bf16": ("bf16", ["ppo.trim_last_layer=false"]),
-    "sequential_roles": ("fp32", ["ppo.parallel_roles=false"]),
-    "sequential_roles_bf16": ("bf16", ["ppo.parallel_roles=false"]),
+    "sequential_roles": ("fp32", ["cpu.parallel_roles=false"]),
+    "sequential_roles_bf16": ("bf16", ["cpu.parallel_roles=false"]),
     "hf_generate": ("fp32", ["rollout.engine=hf"]),
     "no_captured_logprobs": ("fp32", ["rollout.capture_logprobs=false"]),
     "unfused_adamw": ("fp32", ["ppo.fused_optimizer=false"]),
     "compile": ("fp32", ["ppo.compile=true"]),
-    "aten_linears": ("fp32", ["ppo.linear_backend=aten"]),
-    # ppo.linear_backend=auto picks aten on Intel CPUs: there this is the switched-off variant.
-    "onednn_linears": ("fp32", ["ppo.linear_backend=onednn"]),
-    "no_retain_memory": ("fp32", ["run.retain_memory=false"]),
-    "unbalanced_roles": ("fp32", ["ppo.balance_roles=false"]),
+    "aten_linears": ("fp32", ["cpu.linear_backend=aten"]),
+    # cpu.linear_backend=auto picks aten on Intel CPUs: there this is the switched-off variant.
+    "onednn_linears": ("fp32", ["cpu.linear_backend=onednn"]),
+    "no_retain_memory": ("fp32", ["cpu.retain_memory=false"]),
 }
 
 
@@ -117,7 +116,7 @@ def _med(reports: list[dict], *keys):
 def machines(points: dict[tuple[str, str], list[dict]], out: Path) -> list[str]:
     """The CPUs the tether reports ran on, one line each. Reports from before session 8 name none:
     then ``machine.json`` in ``out`` (a ``cpu_description()`` written beside them), if any."""
-    from tether.placement.cpu import describe
+    from tether.engines.cpu.describe import describe
 
     fallback = out / "machine.json"
     unnamed = (describe(json.loads(fallback.read_text())) + " (machine.json)" if fallback.exists()

@@ -7,7 +7,7 @@ per prompt, gold judge). Prints one JSON report: gold score per run, mean and sp
 variant, PPO seconds. Variants (``--precisions``, named so for history):
 
     none          the preset (fp32)
-    bf16          ppo.autocast=bf16
+    bf16          run.precision=bf16
     shared_trunk  critic.shared_trunk=true (a different model: value head on the actor)
 
     python benchmarks/bf16_learning.py --demo runs/demo --out /tmp/bf16 --seeds 0 1 --iterations 100
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 
 VARIANTS = {
-    "none": ["ppo.autocast=none"],
-    "bf16": ["ppo.autocast=bf16"],
-    "shared_trunk": ["ppo.autocast=none", "critic.shared_trunk=true"],
+    "none": ["run.precision=fp32"],
+    "bf16": ["run.precision=bf16"],
+    "shared_trunk": ["run.precision=fp32", "critic.shared_trunk=true"],
 }
 
 
@@ -52,7 +52,7 @@ def main() -> int:
     from tether.eval.sampling import evaluate_policy
     from tether.loops.ppo import run_ppo
     from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
-    from tether.roles import ModelReward
+    from tether.eval.policies import measured_policy, measured_reward
     from tether.rollout import SamplingParams
     from tether.tasks.arith import judge as arith_judge
 
@@ -61,7 +61,7 @@ def main() -> int:
     task = demo / "task"
     tokenizer = load_tokenizer(str(demo / "sft"))
     sft = load_causal_lm(str(demo / "sft"), tokenizer)
-    reward = ModelReward(load_scalar_model(str(demo / "rm"), tokenizer))
+    reward = measured_reward(load_scalar_model(str(demo / "rm"), tokenizer))
     ids, texts = held_out_prompts(task / "eval_prompts.jsonl", tokenizer, EVAL_REPEATS)
     runs = []
     for precision in args.precisions:
@@ -77,9 +77,10 @@ def main() -> int:
             t0 = time.perf_counter()
             result = run_ppo(cfg)
             seconds = time.perf_counter() - t0
-            policy = load_causal_lm(str(run_dir), tokenizer)
+            policy = measured_policy(load_causal_lm(str(run_dir), tokenizer), tokenizer, cfg.rollout.temperature)
+            reference = measured_policy(sft, tokenizer, cfg.rollout.temperature)
             params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature)
-            summary = evaluate_policy(policy, tokenizer, ids, texts, params, 0, reward, sft,
+            summary = evaluate_policy(policy.sampler, policy.policy, ids, texts, params, 0, reward, reference.policy,
                                       arith_judge.gold_score).summary()
             last = result["history"][-1]
             runs.append({"precision": precision, "seed": seed, "gold_score": summary["gold_score"],

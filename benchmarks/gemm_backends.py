@@ -2,10 +2,10 @@
 
 For each (K, N) weight shape of the bench models and each row count M, times the three
 products of a linear layer — forward x·Wᵀ, input gradient dy·W, weight gradient dyᵀ·x — in
-``aten`` (``F.linear`` / ``mm``) and in oneDNN (``tether.models.linear_backend``), plus a
+``aten`` (``F.linear`` / ``mm``) and in oneDNN (``tether.engines.cpu.onednn``), plus a
 decode step: every weight of a model in turn at M = batch rows, in aten, in oneDNN and in
 oneDNN with weights packed once (what the decode loop does). Best of ``--reps`` timings
-each; prints a markdown table. This is the measurement behind ``ppo.linear_backend``'s default.
+each; prints a markdown table. This is the measurement behind ``cpu.linear_backend``'s default.
 
     python benchmarks/gemm_backends.py --threads 1 2
 """
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from tether.bench.setup import SIZES
-from tether.models.linear_backend import onednn_available
+from tether.engines.cpu.onednn import onednn_available
 
 
 def best_seconds(fn, reps: int, inner: int) -> float:

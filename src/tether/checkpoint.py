@@ -34,7 +34,8 @@ def set_rng_state(state: dict) -> None:
 
 def _assert_finite(models: dict) -> None:
     for name, model in models.items():
-        for pname, p in model.named_parameters():
+        weights = model.named_weights() if hasattr(model, "named_weights") else model.named_parameters()
+        for pname, p in weights:
             if not torch.isfinite(p).all():
                 raise TetherError(
                     f"Refusing to write a checkpoint: {name} parameter '{pname}' holds NaN/Inf. "
@@ -43,7 +44,11 @@ def _assert_finite(models: dict) -> None:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, models: dict, tokenizer, state: dict, keep: int = 2) -> Path:
-    """Write ``RUN/checkpoints/step-N`` atomically, then prune to the last ``keep``."""
+    """Write ``RUN/checkpoints/step-N`` atomically, then prune to the last ``keep``.
+
+    ``models``: name -> anything with ``save_pretrained(dir)`` and ``named_weights()`` (a role or
+    an engine) or ``named_parameters()`` (a model).
+    """
     _assert_finite(models)
     final = Path(run_dir) / CHECKPOINTS / f"step-{step:06d}"
 

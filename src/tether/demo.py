@@ -18,6 +18,7 @@ import torch
 from tether.config import PPOConfig, RewardModelConfig, SFTConfig, load_config
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.eval.best_of_n import best_of_n
+from tether.eval.policies import measured_policy, measured_reward
 from tether.eval.sampling import evaluate_policy
 from tether.eval.win_rate import policy_vs_sft
 from tether.loops.ppo import run_ppo
@@ -26,10 +27,10 @@ from tether.loops.sft import run_sft
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.models.forward import last_token_scores
 from tether.data import collate_right, encode_response
-from tether.roles import ModelReward
 from tether.plots.report import build_report
 from tether.rollout import SamplingParams
 from tether.runs import write_json
+from tether.types import to_device
 from tether.tasks.arith import judge as arith_judge
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def probe_margins(rm_model, tokenizer, probes_path: Path) -> dict:
         for r in sel:
             p = encode_prompt(r["prompt"], tokenizer)
             seqs += [p + encode_response(r["a"], tokenizer), p + encode_response(r["b"], tokenizer)]
-        batch = collate_right(seqs, tokenizer.pad_token_id)
+        batch = to_device(collate_right(seqs, tokenizer.pad_token_id), next(rm_model.parameters()).device)
         scores = last_token_scores(rm_model, batch["input_ids"], batch["attention_mask"])
         a, b = scores[0::2], scores[1::2]
         out[kind] = float((a - b).mean())
@@ -136,22 +137,30 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
 
     t = time.perf_counter()
     tokenizer = load_tokenizer(str(out / "sft"))
-    base = load_causal_lm(str(out / "task" / "base_model"), tokenizer)
-    sft = load_causal_lm(str(out / "sft"), tokenizer)
-    ppo = load_causal_lm(str(out / "ppo"), tokenizer)
+    rollout = ppo_cfg.rollout
+    # Every policy samples with the engine the PPO run used (rollout.engine), at its temperature.
+    policies = {name: measured_policy(load_causal_lm(str(path), tokenizer), tokenizer, rollout.temperature,
+                                      rollout.engine)
+                for name, path in (("base", out / "task" / "base_model"), ("sft", out / "sft"), ("ppo", out / "ppo"))}
     rm_model = load_scalar_model(str(out / "rm"), tokenizer)
-    reward = ModelReward(rm_model)
+    reward = measured_reward(rm_model)
     ids, texts = held_out_prompts(out / "task" / "eval_prompts.jsonl", tokenizer, eval_repeats)
-    params = SamplingParams(max_new_tokens=ppo_cfg.rollout.max_new_tokens, temperature=ppo_cfg.rollout.temperature)
+    params = SamplingParams(max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature)
     judge = arith_judge.gold_score
-    ev = lambda model: evaluate_policy(model, tokenizer, ids, texts, params, seed, reward, sft, judge)  # noqa: E731
-    base_samples, sft_samples, ppo_samples = ev(base), ev(sft), ev(ppo)
-    greedy = evaluate_policy(sft, tokenizer, ids[: len(ids) // eval_repeats], texts[: len(ids) // eval_repeats],
+    sft = policies["sft"]
+
+    def ev(name):
+        m = policies[name]
+        return evaluate_policy(m.sampler, m.policy, ids, texts, params, seed, reward, sft.policy, judge)
+
+    base_samples, sft_samples, ppo_samples = ev("base"), ev("sft"), ev("ppo")
+    n_prompts = len(ids) // eval_repeats
+    greedy_sft = measured_policy(sft.policy.engine.model, tokenizer, 1.0, rollout.engine)
+    greedy = evaluate_policy(greedy_sft.sampler, greedy_sft.policy, ids[:n_prompts], texts[:n_prompts],
                              SamplingParams(max_new_tokens=params.max_new_tokens, greedy=True), seed)
     greedy_acc = sum(arith_judge.is_correct(p, r) for p, r in zip(greedy.prompts, greedy.responses)) / len(greedy.responses)
     probes = probe_margins(rm_model, tokenizer, out / "task" / "probes.jsonl")
-    n_prompts = len(ids) // eval_repeats
-    bon = best_of_n(sft, tokenizer, ids[:n_prompts], texts[:n_prompts], reward, judge, BEST_OF_N, params, seed)
+    bon = best_of_n(sft.sampler, ids[:n_prompts], texts[:n_prompts], reward, judge, BEST_OF_N, params, seed)
     write_json(out / "best_of_n.json", {"rows": bon, "policy": "sft", "prompts": n_prompts})
     timing["eval_s"] = time.perf_counter() - t
     timing["total_s"] = time.perf_counter() - t_start

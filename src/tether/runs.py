@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import yaml
 
-from tether.config import rebase_paths, to_dict
+from tether.config import from_dict, rebase_paths, to_dict
 from tether.errors import ConfigError
 
 MANIFEST = "tether_checkpoint.json"
@@ -130,7 +130,8 @@ def _same_run(old: dict | None, new: dict, cls: type) -> bool:
         base = data.get(WORKDIR) or os.getcwd()
         body = {k: v for k, v in data.items() if k not in (WORKDIR, "stage")}
         try:
-            body = rebase_paths(cls, body, base)
+            # Canonical form: keys renamed since (MOVED_KEYS) and defaults of keys added since.
+            body = rebase_paths(cls, to_dict(from_dict(cls, body)), base)
         except Exception:  # noqa: BLE001 - a hand-edited config of the wrong shape is simply not this run
             return {"unreadable": True}
         run = body.get("run")

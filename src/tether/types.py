@@ -1,12 +1,15 @@
-"""Records passed between the phases of a PPO iteration.
+"""Records passed between the phases of an RL iteration: data only, no model objects.
 
 Shapes: ``B`` episodes, ``P`` prompt tokens (left-padded), ``A`` response ("action") tokens
-(right-padded after EOS), ``T = P + A``.
+(right-padded after EOS), ``T = P + A``. Selecting rows (:func:`select_rows`) and moving to a
+device (:func:`to_device`) follow from the fields: a tensor or list field with one entry per
+episode is indexed, anything else is carried as is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import dataclasses
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -25,11 +28,11 @@ class Rollout:
     responses: list[str]  # (B,) decoded response text without special tokens
     # Log-probs and entropies of the sampled tokens computed while sampling (None when the engine
     # does not capture them): (B, A) each, 0 on padding, at the sampling temperature, from the
-    # unfiltered distribution (no top-k/top-p/min-tokens masks). ``sampled_by`` is the model that
-    # sampled: only that model's role may use them in place of a forward pass.
+    # unfiltered distribution (no top-k/top-p/min-tokens masks), under the weights that sampled.
+    # The actor may use them in place of a forward pass; its first-minibatch ratio check verifies
+    # they agree with a fresh one.
     sampled_logprobs: Tensor | None = None
     sampled_entropy: Tensor | None = None
-    sampled_by: object = None
 
     @property
     def sequences(self) -> Tensor:
@@ -50,36 +53,79 @@ class Rollout:
         """(B,) response lengths in tokens."""
         return self.response_mask.sum(dim=1)
 
+    def __len__(self) -> int:
+        return self.prompt_ids.shape[0]
+
 
 @dataclass
 class Experience:
-    """A rollout with everything PPO needs, frozen for the update epochs."""
+    """A rollout with everything the update needs, frozen for the update epochs.
+
+    ``values`` is None for algorithms without a critic.
+    """
 
     rollout: Rollout
     logprobs: Tensor  # (B, A) log pi_old(a_t | s_t) at the sampling temperature
     ref_logprobs: Tensor  # (B, A) log pi_ref(a_t | s_t), same temperature
-    values: Tensor  # (B, A) V_old(s_t)
+    values: Tensor | None  # (B, A) V_old(s_t)
     scores: Tensor  # (B,) sequence score after EOS penalty / normalisation
     rewards: Tensor  # (B, A) shaped per-token reward
-    advantages: Tensor  # (B, A) GAE advantages (whitened if configured)
-    returns: Tensor  # (B, A) advantages + values (before whitening)
+    advantages: Tensor  # (B, A) advantages (whitened if configured)
+    returns: Tensor  # (B, A) value targets (advantages + values before whitening)
 
     def select(self, index: Tensor) -> "Experience":
         """The sub-batch of episodes ``index`` (1-D long tensor)."""
-        ro = self.rollout
-        sub_rollout = replace(
-            ro,
-            prompt_ids=ro.prompt_ids[index],
-            prompt_mask=ro.prompt_mask[index],
-            response_ids=ro.response_ids[index],
-            response_mask=ro.response_mask[index],
-            ended=ro.ended[index],
-            prompts=[ro.prompts[i] for i in index.tolist()],
-            responses=[ro.responses[i] for i in index.tolist()],
-            sampled_logprobs=None if ro.sampled_logprobs is None else ro.sampled_logprobs[index],
-            sampled_entropy=None if ro.sampled_entropy is None else ro.sampled_entropy[index],
-        )
-        tensors = {
-            f.name: getattr(self, f.name)[index] for f in fields(self) if f.name != "rollout"
-        }
-        return Experience(rollout=sub_rollout, **tensors)
+        return select_rows(self, index)
+
+    def __len__(self) -> int:
+        return len(self.rollout)
+
+
+def select_rows(record, index: Tensor):
+    """The rows ``index`` of a record: every tensor and list field indexed (dataclass fields are
+    records themselves), ``None`` and anything else carried over."""
+    rows = index.tolist()
+
+    def pick(value):
+        if isinstance(value, Tensor):
+            return value[index.to(value.device)]
+        if isinstance(value, list):
+            return [value[i] for i in rows]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return select_rows(value, index)
+        return value
+
+    return dataclasses.replace(record, **{f.name: pick(getattr(record, f.name)) for f in dataclasses.fields(record)})
+
+
+def to_device(value, device: torch.device | str):
+    """``value`` with every tensor in it on ``device``: tensors, records (dataclasses), dicts,
+    lists and tuples are walked; anything else is returned as is."""
+    device = torch.device(device)
+    if isinstance(value, Tensor):
+        return value if value.device == device else value.to(device, non_blocking=device.type == "cuda")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: to_device(getattr(value, f.name), device)
+                                             for f in dataclasses.fields(value)})
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (Tensor, dict, list, tuple)) or dataclasses.is_dataclass(v)
+                                               for v in value):
+        return type(value)(to_device(v, device) for v in value)
+    return value
+
+
+def trim_padding(rollout: Rollout) -> Rollout:
+    """A rollout without the prompt columns that are padding in every row (on the left) and the
+    response columns that are padding in every row (on the right): rows picked out of a wider
+    batch come back to the shape they were sampled in."""
+    prompt_real = rollout.prompt_mask.bool().any(dim=0)
+    response_real = rollout.response_mask.bool().any(dim=0)
+    start = int(prompt_real.long().argmax()) if bool(prompt_real.any()) else rollout.prompt_mask.shape[1] - 1
+    start = min(start, rollout.prompt_mask.shape[1] - 1)  # keep at least one prompt column
+    end = int(response_real.nonzero().max()) + 1 if bool(response_real.any()) else 1
+    cut = {"prompt_ids": (start, None), "prompt_mask": (start, None), "response_ids": (0, end),
+           "response_mask": (0, end), "sampled_logprobs": (0, end), "sampled_entropy": (0, end)}
+    return dataclasses.replace(rollout, **{
+        name: None if getattr(rollout, name) is None else getattr(rollout, name)[:, lo:hi]
+        for name, (lo, hi) in cut.items()})

@@ -289,3 +289,22 @@ def test_serve_with_models_in_the_wrong_roles(task, foreign, capsys):
         captured = capsys.readouterr()
         assert_clean_error(code, captured.err, "serve", *needles)
         assert "on http://" not in captured.out
+
+
+# --------------------------------------------------------------------------- device (issue 20)
+
+
+@pytest.mark.parametrize("stage", ["sft", "rm", "ppo"])
+def test_cuda_without_cuda_is_one_paragraph(stage, task, tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "run"
+    args = {"sft": lambda: sft_args(task, out, write_jsonl(tmp_path / "t.jsonl", good_sft())),
+            "rm": lambda: rm_args(task, out, write_jsonl(tmp_path / "p.jsonl", good_prefs())),
+            "ppo": lambda: ppo_args(task, out, write_jsonl(tmp_path / "q.jsonl", good_prompts()))}[stage]()
+    code, err = cli(capsys, [*args, "run.device=cuda"])
+    assert_clean_error(code, err, stage, "run.device", "cuda", "no CUDA device")
+    assert not out.exists()
+    code, err = cli(capsys, [*args, "run.device=tpu"])
+    assert_clean_error(code, err, stage, "run.device", "expected auto, cpu, cuda, cuda:N or mps")

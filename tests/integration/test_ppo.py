@@ -12,9 +12,9 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 from tether.config import PPOConfig, load_config
 from tether.loops.ppo import run_ppo
-from tether.loops.ppo_setup import build_roles
 from tether.metrics.logger import read_metrics
 from tether.roles import CallableReward, EnsembleReward, ModelReward
+from tether.roles.build import build_roles
 from tether.runs import MANIFEST
 
 pytestmark = pytest.mark.slow
@@ -73,6 +73,11 @@ def _sft_weights(trained) -> dict:
     return load_file(str(trained["sft"] / "model.safetensors"))
 
 
+def role(trainer, name: str):
+    """The role object the trainer's placement runs (the trainer itself holds proxies)."""
+    return trainer.placement.roles[name]
+
+
 def _same_as(model, weights: dict) -> bool:
     state = model.state_dict()
     return all(torch.equal(state[k], v) for k, v in weights.items() if k in state)
@@ -121,9 +126,9 @@ def test_final_checkpoints_load_with_plain_transformers(base, trained):
     critic = AutoModelForSequenceClassification.from_pretrained(out / "critic")
     assert critic.config.num_labels == 1
     trainer = base["trainer"]
-    for (k, a), (_, b) in zip(policy.state_dict().items(), trainer.roles.actor.model.state_dict().items()):
+    for (k, a), (_, b) in zip(policy.state_dict().items(), role(trainer, "actor").engine.model.state_dict().items()):
         assert torch.equal(a, b), k
-    for (k, a), (_, b) in zip(critic.state_dict().items(), trainer.roles.critic.model.state_dict().items()):
+    for (k, a), (_, b) in zip(critic.state_dict().items(), role(trainer, "critic").engine.model.state_dict().items()):
         assert torch.equal(a, b), k
     assert not _same_as(policy, _sft_weights(trained))  # PPO changed the policy
 
@@ -159,7 +164,7 @@ def test_callable_reward_source(trained, tmp_path_factory, monkeypatch):
     res = run(trained, tmp_path_factory, "callable", "reward.models=[]", "reward.callable=reward_fns:gold",
               "critic.init=policy",
               "ppo.iterations=2")
-    assert isinstance(res["trainer"].roles.reward, CallableReward)
+    assert isinstance(role(res["trainer"], "reward"), CallableReward)
     assert len(reward_fns.CALLS) == 2
     for (prompts, responses, scores), stats in zip(reward_fns.CALLS, res["history"]):
         assert len(prompts) == len(responses) == BATCH
@@ -171,7 +176,7 @@ def test_callable_reward_source(trained, tmp_path_factory, monkeypatch):
 def test_ensemble_min_of_the_same_model_equals_the_model(base, trained, tmp_path_factory):
     res = run(trained, tmp_path_factory, "ensemble", f"reward.models=[{trained['rm']},{trained['rm']}]",
               "reward.combine=min")
-    reward = res["trainer"].roles.reward
+    reward = role(res["trainer"], "reward")
     assert isinstance(reward, EnsembleReward) and len(reward.members) == 2 and reward.combine == "min"
     assert all(isinstance(m, ModelReward) for m in reward.members)
     # min(r, r) == r: the whole run is identical to the single-model run.
@@ -190,7 +195,7 @@ def test_kl_in_the_loss(trained, tmp_path_factory):
 def test_critic_initialised_from_the_policy(trained, tmp_path):
     cfg = ppo_config(trained, tmp_path / "ppo", "critic.init=policy")
     roles = build_roles(cfg)
-    critic = roles.critic.model
+    critic = roles.critic.engine.model
     sft = _sft_weights(trained)
     backbone = {k: v for k, v in sft.items() if k.startswith("model.")}
     assert backbone and _same_as(critic, backbone)
@@ -212,8 +217,8 @@ def test_critic_warmup_leaves_the_actor_unchanged(trained, tmp_path_factory):
 
     def on_iteration(it, stats, trainer):
         checks[it] = {
-            "actor_is_sft": _same_as(trainer.roles.actor.model, sft),
-            "critic_is_rm": _same_as(trainer.roles.critic.model, rm),
+            "actor_is_sft": _same_as(role(trainer, "actor").engine.model, sft),
+            "critic_is_rm": _same_as(role(trainer, "critic").engine.model, rm),
             "actor_trained": stats["ppo/actor_trained"],
         }
 

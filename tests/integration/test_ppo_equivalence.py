@@ -8,6 +8,7 @@ bias on the policy head so that responses end at different lengths and padding i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -16,23 +17,23 @@ import torch
 from tether.bench.runner import bench_overrides
 from tether.bench.setup import SIZES, build_setup
 from tether.config import PPOConfig, load_config
-from tether.loops.ppo import PPOTrainer
-from tether.loops.ppo_setup import make_roles
+from tether.loops.ppo import ppo_trainer
+from tether.loops.rl import RLTrainer
+from tether.roles.build import make_roles
 
 pytestmark = pytest.mark.slow
 
 ITERATIONS = 3
 STRAIGHTFORWARD = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
-                   "ppo.parallel_roles=false", "ppo.balance_roles=false", "ppo.trim_last_layer=false",
-                   "ppo.linear_backend=aten"]
+                   "cpu.parallel_roles=false", "ppo.trim_last_layer=false", "cpu.linear_backend=aten"]
 NONE_BUT = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
-            "ppo.trim_last_layer=false", "ppo.linear_backend=aten"]
+            "ppo.trim_last_layer=false", "cpu.linear_backend=aten"]
 OPTIMISATIONS = {
     "lean_engine": [*NONE_BUT, "rollout.engine=lean"],
     "captured_logprobs": [*NONE_BUT, "rollout.capture_logprobs=true"],
     "fused_optimizer": [*NONE_BUT, "ppo.fused_optimizer=true"],
     "trim_last_layer": [*NONE_BUT, "ppo.trim_last_layer=true"],
-    "onednn_linears": [*NONE_BUT, "ppo.linear_backend=onednn"],
+    "onednn_linears": [*NONE_BUT, "cpu.linear_backend=onednn"],
     "all": [],  # the defaults
 }
 REL, ABS = 1e-5, 1e-6
@@ -63,8 +64,8 @@ def run(overrides: list[str], *extra: str):
     m = setup.models
     for name in ("policy", "reference"):
         eos_biased(m[name], setup.tokenizer.eos_token_id, 5.0)
-    trainer = PPOTrainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer),
-                         setup.prompts)
+    trainer = ppo_trainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer),
+                          setup.prompts)
     initial = {k: v.clone() for k, v in m["policy"].state_dict().items()}
     history, responses = [], []
     for _ in range(ITERATIONS):
@@ -109,11 +110,16 @@ def test_optimisation_gives_the_same_run(reference, name):
 def test_captured_logprobs_are_used_and_agree_with_a_fresh_forward():
     res = run([])
     trainer = res["trainer"]
+    actor, reference = trainer.placement.roles["actor"], trainer.placement.roles["reference"]
     ro = trainer.last_experience.rollout
-    assert ro.sampled_logprobs is not None and ro.sampled_by is trainer.roles.actor.model
-    fresh, _ = trainer.roles.actor.forward(ro)  # the model has moved: compare the reference instead
-    ref_fresh, _ = trainer.roles.reference.logprobs(ro)
-    assert not trainer.roles.reference.captured(ro, False)  # the reference never reuses them
+    assert ro.sampled_logprobs is not None
+    assert torch.equal(actor.logprobs(ro)[0], ro.sampled_logprobs)  # the actor uses them: no second forward
+    fresh, _ = actor.logprobs(ro, use_captured=False)  # the model has moved: compare the reference instead
+    ref_fresh, _ = reference.logprobs(ro)
+    # The reference never reuses them: it gives the same log-probs from a rollout without them.
+    blank = dataclasses.replace(ro, sampled_logprobs=None, sampled_entropy=None)
+    assert torch.equal(ref_fresh, reference.logprobs(blank)[0])
+    assert torch.equal(ref_fresh, reference.logprobs(ro, use_captured=True)[0])
     assert fresh.shape == ref_fresh.shape == ro.sampled_logprobs.shape
     assert trainer.last_ratio_deviation < 1e-4
 
@@ -129,8 +135,8 @@ def test_parallel_roles_give_the_same_run(reference):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        got = run(["ppo.parallel_roles=true", "ppo.trim_last_layer=false", "ppo.linear_backend=aten"])
-        assert got["trainer"].threads.parallel()
+        got = run(["cpu.parallel_roles=true", "ppo.trim_last_layer=false", "cpu.linear_backend=aten"])
+        assert got["trainer"].placement.parallel()
     finally:
         torch.set_num_threads(before)
     assert_same_run(got, reference)
@@ -142,56 +148,21 @@ def test_a_compiled_update_runs_its_roles_one_after_the_other(caplog):
     setup = build_setup(SIZES["micro"], n_prompts=8, seed=3)
     m = setup.models
 
-    def trainer(*extra: str) -> PPOTrainer:
+    def trainer(*extra: str) -> RLTrainer:
         cfg = load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + list(extra))
         roles = make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer)
-        return PPOTrainer(cfg, roles, setup.prompts)
+        return ppo_trainer(cfg, roles, setup.prompts)
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        with caplog.at_level("WARNING", logger="tether.loops.ppo"):
+        with caplog.at_level("WARNING", logger="tether.placement"):
             compiled = trainer("ppo.compile=true")
-        assert compiled.update_streams() == 1 and not compiled.threads.parallel()
-        assert "ppo.parallel_roles ignored" in caplog.text
+        assert compiled.update_streams() == 1 and not compiled.placement.parallel()
+        assert "cpu.parallel_roles ignored" in caplog.text
         assert trainer().update_streams() == 2  # the same machine without ppo.compile: side by side
     finally:
         torch.set_num_threads(before)
-
-
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_balanced_roles_give_the_same_run_bit_for_bit(reference, monkeypatch, precision):
-    """The two update threads share their weight-gradient products (ppo.balance_roles): the same
-    products in another thread, so the same run as without sharing, bit for bit."""
-    import tether.loops.ppo as ppo_loop
-
-    shared = []
-
-    class Recorded(ppo_loop.WeightGradWork):
-        def __init__(self, producers):
-            super().__init__(producers)
-            shared.append(self)
-
-    monkeypatch.setattr(ppo_loop, "WeightGradWork", Recorded)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        common = ["ppo.parallel_roles=true", "ppo.trim_last_layer=false", "ppo.linear_backend=onednn",
-                  f"ppo.autocast={'bf16' if precision == 'bf16' else 'none'}"]
-        alone = run([*common, "ppo.balance_roles=false"])
-        assert not shared
-        balanced = run([*common, "ppo.balance_roles=true"])
-    finally:
-        torch.set_num_threads(before)
-    assert shared and sum(sum(w.done_here.values()) for w in shared) > 0, "no product was shared"
-    for a, b in zip(balanced["responses"], alone["responses"]):
-        assert torch.equal(a, b)
-    for a, b in zip(balanced["history"], alone["history"]):
-        assert a == b
-    for key, update in balanced["updates"].items():
-        assert torch.equal(update, alone["updates"][key]), key
-    if precision == "fp32":
-        assert_same_run(balanced, reference)
 
 
 @pytest.mark.skipif(not os.environ.get("TETHER_TEST_COMPILE"),

@@ -262,7 +262,7 @@ def test_ppo_scores_through_the_reward_endpoint(server, http, models, tmp_path):
     ])
     before = http.get("/health").json()["batches"]["run"]
     result = run_ppo(cfg)
-    assert isinstance(result["trainer"].roles.reward, RemoteReward)
+    assert isinstance(result["trainer"].placement.roles["reward"], RemoteReward)
     assert len(result["history"]) == 2
     assert all(torch.isfinite(torch.tensor(row["objective/score_raw"])) for row in result["history"])
     assert http.get("/health").json()["batches"]["run"] >= before + 2  # one scoring call per iteration

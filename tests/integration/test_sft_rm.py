@@ -37,7 +37,7 @@ def test_sft_checkpoint_loads_with_plain_transformers(trained):
     model = AutoModelForCausalLM.from_pretrained(out)
     tok = AutoTokenizer.from_pretrained(out)
     assert tok.pad_token_id != tok.eos_token_id
-    trained_model = trained["sft_result"]["model"]
+    trained_model = trained["sft_result"]["engine"].model
     for (name, a), (_, b) in zip(model.state_dict().items(), trained_model.state_dict().items()):
         assert torch.equal(a, b), name
     # and it differs from the base model it started from

@@ -14,45 +14,61 @@ from tether.bench.runner import bench_overrides
 from tether.bench.setup import SIZES, build_setup
 from tether.config import PPOConfig, load_config
 from tether.errors import ConfigError, ModelError
-from tether.loops.ppo import PPOTrainer, run_ppo
-from tether.loops.ppo_setup import make_roles
+from tether.loops.common import Timer
+from tether.loops.ppo import ppo_trainer, run_ppo
+from tether.loops.rl import RLTrainer
 from tether.roles import SharedTrunkCritic, ValueHead
+from tether.roles.build import make_roles
+from tether.roles.policy import PolicyWithValueHead, policy_forward
 
 from test_resume import comparable, ppo_overrides, same_weights
 
 
-def trainer(*extra: str) -> PPOTrainer:
+def trainer(*extra: str) -> RLTrainer:
     torch.manual_seed(0)
     cfg = load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + ["critic.shared_trunk=true", *extra])
     setup = build_setup(SIZES["micro"], n_prompts=8, seed=3)
     m = setup.models
-    return PPOTrainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer),
-                      setup.prompts)
+    return ppo_trainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer),
+                       setup.prompts)
+
+
+def forward(t: RLTrainer, rollout, with_entropy: bool = False):
+    """The actor's training forward (log-probs and, on the shared trunk, values) with gradients."""
+    actor = t.placement.roles["actor"]
+    return policy_forward(actor.engine.model, rollout, actor.temperature, with_entropy, actor.engine.autocast)
 
 
 def test_roles_share_the_actor_and_start_at_zero_values():
     t = trainer()
-    critic = t.roles.critic
-    assert isinstance(critic, SharedTrunkCritic) and critic.policy is t.roles.actor
-    assert sum(p.numel() for p in critic.model.parameters()) == SIZES["micro"].hidden + 1
-    rollout = t.roles.engine.generate(*t.next_prompts(), t.sampling)
+    critic, actor = t.placement.roles["critic"], t.placement.roles["actor"]
+    assert isinstance(critic, SharedTrunkCritic) and critic.actor is actor
+    assert isinstance(actor.engine.model, PolicyWithValueHead) and actor.engine.model.value_head is critic.head
+    assert sum(p.numel() for p in critic.head.parameters()) == SIZES["micro"].hidden + 1
+    rollout = t.rollout.generate(*t.next_prompts(), t.sampling)
     assert torch.equal(critic.values(rollout), torch.zeros_like(rollout.response_mask, dtype=torch.float32))
 
 
 def test_joint_pass_gives_the_gradients_of_the_two_losses_done_separately():
     t = trainer("ppo.max_grad_norm=null")
     t.step()  # values and heads are no longer trivial after one update
-    rollout = t.roles.engine.generate(*t.next_prompts(), t.sampling)
-    exp, _ = t.make_experience(rollout, timer=type(t.update_timer)())
-    params = list(t.shared.parameters())
+    rollout = t.rollout.generate(*t.next_prompts(), t.sampling)
+    exp, _ = t.make_experience(rollout, timer=Timer())
+    shared = t.placement.roles["actor"].engine.model  # the LM and the value head: one module
+    params = list(shared.parameters())
+    actor_loss, critic_loss = t.algo.actor_loss(t.kl_ctl.value), t.algo.critic_loss()
 
-    t.shared_trunk_loss(exp, {}, 1.0, check_ratio=False).backward()
+    out = forward(t, exp.rollout, actor_loss.needs_entropy)
+    assert out.values is not None  # the joint loss: the surrogate plus the value loss, one pass
+    actor_loss(out, exp)[0].backward()
     joint = [p.grad.clone() for p in params]
-    t.shared.zero_grad(set_to_none=True)
-    t.actor_loss(exp, {}, 1.0, check_ratio=False).backward()
-    t.critic_loss(exp, {}, 1.0).backward()
+    shared.zero_grad(set_to_none=True)
+    out = forward(t, exp.rollout, actor_loss.needs_entropy)
+    policy_only = type(out)(out.logprobs, out.entropy)  # the surrogate alone (no values)
+    actor_loss(policy_only, exp)[0].backward()
+    critic_loss(forward(t, exp.rollout).values, exp)[0].backward()
     separate = [p.grad.clone() for p in params]
-    t.shared.zero_grad(set_to_none=True)
+    shared.zero_grad(set_to_none=True)
 
     for a, b in zip(joint, separate):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
@@ -61,24 +77,26 @@ def test_joint_pass_gives_the_gradients_of_the_two_losses_done_separately():
 
 def test_value_loss_alone_moves_the_actor_trunk():
     t = trainer()
-    rollout = t.roles.engine.generate(*t.next_prompts(), t.sampling)
-    exp, _ = t.make_experience(rollout, timer=type(t.update_timer)())
+    rollout = t.rollout.generate(*t.next_prompts(), t.sampling)
+    exp, _ = t.make_experience(rollout, timer=Timer())
     exp.returns.add_(1.0)  # a value error the head and the trunk both learn from
     with torch.no_grad():  # a zero head passes no gradient to the trunk: give it weights
-        t.roles.critic.model.score.weight.normal_()
-    t.critic_loss(exp, {}, 1.0).backward()
-    trunk_grads = [p.grad for p in t.roles.actor.model.base_model.parameters() if p.grad is not None]
+        t.placement.roles["critic"].head.score.weight.normal_()
+    t.algo.critic_loss()(forward(t, exp.rollout).values, exp)[0].backward()
+    shared = t.placement.roles["actor"].engine.model
+    trunk_grads = [p.grad for p in shared.policy.base_model.parameters() if p.grad is not None]
     assert trunk_grads and any(float(g.abs().sum()) > 0 for g in trunk_grads)
-    t.shared.zero_grad(set_to_none=True)
+    shared.zero_grad(set_to_none=True)
 
 
 def test_a_shared_trunk_run_trains_and_reports_both_grad_norms():
     t = trainer()
-    before = {k: v.clone() for k, v in t.roles.critic.model.state_dict().items()}
+    head = t.placement.roles["critic"].head
+    before = {k: v.clone() for k, v in head.state_dict().items()}
     stats = [t.step() for _ in range(2)][-1]
     assert stats["optim/grad_norm"] == stats["optim/critic_grad_norm"] > 0
     assert stats["ppo/val/loss"] > 0 and "ppo/policy/clipfrac" in stats
-    after = t.roles.critic.model.state_dict()
+    after = head.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert t.update_streams() == 1  # one pass per minibatch: nothing runs side by side
 

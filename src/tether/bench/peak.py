@@ -18,7 +18,7 @@ def matmul_peak_gflops(precision: str = "fp32", threads: int | None = None, size
 
     The best rather than the mean: the peak is what the hardware can do, and a neighbour's
     burst only ever slows a repeat down. ``backend``: "aten" = ``torch.mm`` (MKL for fp32 on
-    x86, oneDNN for bf16), "onednn" = oneDNN's linear kernel (what ``ppo.linear_backend=onednn``
+    x86, oneDNN for bf16), "onednn" = oneDNN's linear kernel (what ``cpu.linear_backend=onednn``
     runs).
     """
     if backend not in BACKENDS:
@@ -55,8 +55,8 @@ def matmul_peak_gflops(precision: str = "fp32", threads: int | None = None, size
 
 
 def bf16_supported() -> bool:
-    """bf16 matmuls run natively on this CPU (see :func:`tether.models.forward.bf16_native`)."""
-    from tether.models.forward import bf16_native
+    """bf16 matmuls run natively on this CPU (see :func:`tether.engines.cpu.describe.bf16_native`)."""
+    from tether.engines.cpu.describe import bf16_native
 
     return bf16_native()
 
@@ -67,7 +67,7 @@ def machine_peak_gflops(precision: str = "fp32", threads: int | None = None) -> 
     MFU's denominator is what the hardware can do at this precision and thread count, whichever
     library gets there: on the bench's AMD CPU oneDNN's fp32 kernel beats MKL's by ~20 %.
     """
-    from tether.models.linear_backend import onednn_available
+    from tether.engines.cpu.onednn import onednn_available
 
     backends = [b for b in BACKENDS if b == "aten" or onednn_available()]
     by_backend = {b: matmul_peak_gflops(precision, threads, backend=b) for b in backends}

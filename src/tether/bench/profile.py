@@ -4,7 +4,7 @@ The MFU of the update is the product of two factors: how fast the matmul kernels
 run at the model's shapes, and which fraction of the update they occupy. While
 :func:`profiled_update` is active, every aten operator of the trainer's update is timed in
 the thread that runs it — the calling thread, or the actor's and the critic's threads under
-``ppo.parallel_roles`` (``torch.profiler`` records only the thread that started it) — and
+``cpu.parallel_roles`` (``torch.profiler`` records only the thread that started it) — and
 :func:`summarize_ops` reports both factors plus the operators with the most time, so the gap
 to a target can be read off directly.
 
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tether.models.linear_backend import linear_flops
+from tether.engines.cpu.onednn import linear_flops
 
 MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::_mkldnn_matmul",
               "aten::mkldnn_linear", "mkldnn::_linear_pointwise")
@@ -34,7 +34,7 @@ def matmul_flops(name: str, shapes: list[tuple[int, ...]]) -> int:
 
     ``aten::mm`` (M, K) @ (K, N) and ``aten::addmm`` (bias, (M, K), (K, N)): 2·M·K·N;
     ``aten::bmm`` / ``aten::baddbmm``: 2·B·M·K·N; ``mkldnn::_linear_pointwise`` (oneDNN linear,
-    ``ppo.linear_backend=onednn``) (..., K) input and (N, K) weight: 2·M·K·N. Other operators: 0.
+    ``cpu.linear_backend=onednn``) (..., K) input and (N, K) weight: 2·M·K·N. Other operators: 0.
     """
     if name == "mkldnn::_linear_pointwise" and len(shapes) >= 2:
         return linear_flops(shapes[0], shapes[1])
@@ -57,7 +57,7 @@ def summarize_ops(ops: dict[str, float], update_s: float, update_gflop: float, t
     the update and the ``top`` operators by self time. The GFLOP/s are of ``executed_gflop``
     (the matmuls' own FLOPs, as the clock counted them) when given, else of ``update_gflop``
     (the update's counted work, which skipped work such as ``ppo.trim_last_layer`` inflates).
-    ``streams``: threads that ran the update side by side (``ppo.parallel_roles``), each on its
+    ``streams``: threads that ran the update side by side (``cpu.parallel_roles``), each on its
     share of the cores. Self times are then summed over the threads: the matmul seconds are
     divided by ``streams`` to compare with the wall-clock update, and the share is of
     ``update_s × streams`` thread-seconds.
@@ -107,7 +107,8 @@ def profiled_update(trainer, sink: dict):
     (summed over the role threads) land in ``sink["ops"]``, the update's wall time in
     ``sink["update_s"]``, the number of threads that ran it side by side in ``sink["streams"]``
     and the matmuls' executed GFLOP in ``sink["matmul_gflop"]``."""
-    original, wrap = trainer.update, trainer.threads.wrap
+    threads = trainer.placement.threads
+    original, wrap = trainer.update, threads.wrap
     totals: dict[str, float] = {}
     flops: dict[str, int] = {}
     lock = threading.Lock()
@@ -120,14 +121,14 @@ def profiled_update(trainer, sink: dict):
         return run
 
     def update(exp):
-        trainer.threads.wrap = clocked
+        threads.wrap = clocked
         try:
             t0 = time.perf_counter()
             with OpClock(totals, lock, flops):  # the calling thread's share (all of it without role threads)
                 out = original(exp)
             sink["update_s"] = time.perf_counter() - t0
         finally:
-            trainer.threads.wrap = wrap
+            threads.wrap = wrap
         sink["ops"] = dict(totals)
         sink["matmul_gflop"] = sum(flops.values()) / 1e9
         sink["streams"] = trainer.update_streams()

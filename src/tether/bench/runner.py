@@ -22,9 +22,7 @@ from tether.bench.flops import iteration_flops
 from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.profile import profiled_update, summarize_ops
 from tether.bench.setup import SIZES, build_setup
-from tether.models.linear_backend import resolve_backend
-from tether.placement.cpu import cpu_description
-from tether.placement.memory import retain_freed_memory
+from tether.engines.cpu.describe import cpu_description
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +40,12 @@ TIMER_KEYS = {
     "timing/update/backward": "update_backward",
     "timing/update/optimizer": "update_optimizer",
 }
-PRECISIONS = {"fp32": "none", "bf16": "bf16"}
+PRECISIONS = ("fp32", "bf16")
 PHASES_NOTE = ("Wall seconds per phase (medians). update = update_forward + update_backward + "
                "update_optimizer + update_other.")
 PHASES_NOTE_PARALLEL = (
     "Wall seconds per phase (medians). The actor's and the critic's update passes run side by side "
-    "(ppo.parallel_roles): update_forward, update_backward and update_optimizer are seconds summed "
+    "(cpu.parallel_roles): update_forward, update_backward and update_optimizer are seconds summed "
     "over both threads (the optimiser's share also has the main thread's), so they can add up to more "
     "than update, and update_other is not defined.")
 
@@ -66,7 +64,7 @@ def bench_overrides(batch: int, response_length: int, epochs: int, iterations: i
         f"ppo.iterations={iterations}", f"ppo.epochs={epochs}", f"ppo.minibatch_size={batch // minibatches}",
         "ppo.clip=0.2", "ppo.value_clip=0.2", "ppo.vf_coef=0.1", "ppo.gamma=1.0", "ppo.lam=0.95",
         "kl.estimator=k1", "kl.placement=reward", "kl.controller=fixed", "kl.coef=0.05",
-        f"ppo.autocast={PRECISIONS[precision]}",
+        f"run.precision={precision}", "run.device=cpu",
     ]
 
 
@@ -100,8 +98,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     add ``profile`` (matmul seconds and GFLOP/s, non-matmul seconds, top operators).
     """
     from tether.config import PPOConfig, load_config
-    from tether.loops.ppo import PPOTrainer
-    from tether.loops.ppo_setup import make_roles
+    from tether.loops.ppo import ppo_trainer
+    from tether.roles.build import make_roles
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}")
@@ -112,11 +110,11 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     dims = SIZES[size]
     cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
                                                         seed=seed) + list(overrides))
-    retained = cfg.run.retain_memory and retain_freed_memory()
+    retained = cfg.cpu.retain_memory and _retained()  # before the models' memory is allocated
     setup = build_setup(dims, n_prompts=batch * iterations, seed=seed)
     m = setup.models
     roles = make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer)
-    trainer = PPOTrainer(cfg, roles, setup.prompts)
+    trainer = ppo_trainer(cfg, roles, setup.prompts)
     if trainer_hook is not None:
         trainer_hook(trainer)
 
@@ -171,11 +169,10 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                    "minibatch_size": cfg.ppo.minibatch_size,
                    "optimizer_steps": epochs * (batch // cfg.ppo.minibatch_size),
                    "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature,
-                   "parallel_roles": parallel, "autocast": cfg.ppo.autocast, "compile": cfg.ppo.compile,
+                   "parallel_roles": parallel, "precision": cfg.run.precision, "compile": cfg.ppo.compile,
                    "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
-                   "linear_backend": cfg.ppo.linear_backend,
-                   "linear_backend_resolved": resolve_backend(cfg.ppo.linear_backend, cfg.ppo.autocast), "retain_memory": retained,
-                   "balance_roles": cfg.ppo.balance_roles},
+                   "linear_backend": cfg.cpu.linear_backend, "linear_backend_resolved": roles.linear_backend,
+                   "retain_memory": retained},
         "phases_note": PHASES_NOTE_PARALLEL if parallel else PHASES_NOTE,
         "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},
         "iterations_s": walls,
@@ -260,6 +257,13 @@ def run_repeated(repeats: int, **kwargs) -> dict:
             print(f"[bench] run {k + 1}/{repeats}", file=sys.stderr, flush=True)
         reports.append(run_bench(**kwargs))
     return combine_runs(reports)
+
+
+def _retained() -> bool:
+    """glibc keeps freed memory mapped in this process (``cpu.retain_memory``; set by the engines)."""
+    from tether.engines.cpu.memory import retain_freed_memory
+
+    return retain_freed_memory()
 
 
 def _load() -> float | None:

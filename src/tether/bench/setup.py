@@ -15,10 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from tether.bench.flops import ModelDims
-from tether.loops.ppo_setup import PromptSet, Roles
+from tether.loops.rl_setup import PromptSet
 from tether.models import disable_dropout
-from tether.roles import CriticRole, ModelReward, PolicyRole
-from tether.rollout import HFGenerationEngine
 
 SIZES: dict[str, ModelDims] = {
     "tiny": ModelDims(hidden=128, layers=2, heads=4, ffn=512, vocab=2048),
@@ -123,16 +121,3 @@ def build_setup(dims: ModelDims, n_prompts: int, seed: int = 0) -> BenchSetup:
     models = build_models(dims, tokenizer, seed)
     prompts = prompt_set(tokenizer, n_prompts, seed=seed)
     return BenchSetup(dims, tokenizer, models, prompts)
-
-
-def build_bench_roles(setup: BenchSetup, temperature: float) -> Roles:
-    """The four roles over the setup's models (fresh copies are the caller's business)."""
-    m = setup.models
-    return Roles(
-        actor=PolicyRole(m["policy"], temperature, trainable=True),
-        reference=PolicyRole(m["reference"], temperature, trainable=False),
-        critic=CriticRole(m["critic"]),
-        reward=ModelReward(m["reward"], "bench reward"),
-        tokenizer=setup.tokenizer,
-        engine=HFGenerationEngine(m["policy"], setup.tokenizer),
-    )

@@ -19,6 +19,7 @@ MIN_TEMPERATURE = 1e-6  # below it logits / temperature can overflow float32 (Na
 MAX_SAMPLES = 1_000_000  # responses per prompt (--samples-per-prompt, best-of-N sizes)
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 MAX_THREADS = 1024  # as run.threads in the stages
+ENGINES = ("hf", "lean")  # tether.rollout.ENGINES, without importing torch to build the parser
 
 
 def register(sub) -> None:
@@ -40,6 +41,11 @@ def register(sub) -> None:
                    help="Also run best-of-N of the reference, e.g. 1,2,4,8,16 (needs --reward-model).")
     p.add_argument("--out", default=None, help="Write the results here as JSON (default: POLICY/eval.json).")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default).")
+    p.add_argument("--engine", default="lean", choices=sorted(ENGINES),
+                   help="Generation engine, as rollout.engine in training (default lean).")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps.")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                   help="fp32, or bf16/fp16 autocast (default fp32).")
 
 
 # -- argument checks: all of them run before any model, tokenizer or config is loaded ------------
@@ -141,6 +147,9 @@ def check_args(args) -> CheckedArgs:
     _int_in("--samples-per-prompt", args.samples_per_prompt, 1, MAX_SAMPLES, "responses per prompt")
     _int_in("--max-new-tokens", args.max_new_tokens, 1, None, "the response length cap in tokens")
     _int_in("--threads", args.threads, 0, MAX_THREADS, "torch threads; 0 = the default")
+    from tether.runtime import resolve_device
+
+    resolve_device(args.device, "--device")
     low, high = SEED_RANGE
     if not low <= args.seed <= high:
         raise _fail(f"--seed must be an integer from -2**63 to 2**64-1 (the range torch accepts), got {args.seed}.")
@@ -197,13 +206,16 @@ def check_lengths(examples, ids: list[list[int]], max_new_tokens: int, context: 
 def evaluate(args, checked: CheckedArgs | None = None) -> dict:
     from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
     from tether.errors import DataError, TetherError
+    from tether.engines import EngineSettings
     from tether.eval.best_of_n import best_of_n
+    from tether.eval.policies import measured_policy, measured_reward
     from tether.eval.sampling import evaluate_policy
     from tether.eval.win_rate import policy_vs_sft
     from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
-    from tether.roles import EnsembleReward, ModelReward
+    from tether.roles import EnsembleReward
     from tether.rollout import SamplingParams
     from tether.runs import set_threads
+    from tether.runtime import Precision, resolve_device
 
     checked = checked or check_args(args)
     set_threads(args.threads)
@@ -224,17 +236,23 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
     check_lengths(examples, prompt_ids, args.max_new_tokens, context)
     ids = prompt_ids * args.samples_per_prompt
     texts = [prompt_text(ex.prompt) for ex in examples] * args.samples_per_prompt
-    policy = load_causal_lm(args.policy, tokenizer, key="--policy")
-    reference = load_causal_lm(args.reference, tokenizer, key="--reference")
-    rms = [ModelReward(load_scalar_model(p, tokenizer, key="--reward-model"), p) for p in args.reward_model]
+    settings = EngineSettings(resolve_device(args.device, "--device"), Precision(args.precision))
+    # Log-probs at the sampling temperature (greedy decoding: the plain distribution).
+    temperature = 1.0 if args.temperature == 0 else args.temperature
+    policy, reference = (
+        measured_policy(load_causal_lm(path, tokenizer, key=flag), tokenizer, temperature, args.engine, settings)
+        for path, flag in ((args.policy, "--policy"), (args.reference, "--reference")))
+    rms = [measured_reward(load_scalar_model(p, tokenizer, key="--reward-model"), settings, p)
+           for p in args.reward_model]
     reward = rms[0] if len(rms) == 1 else EnsembleReward(rms) if rms else None
     judge = checked.judge
     if args.temperature == 0:
         params = SamplingParams(max_new_tokens=args.max_new_tokens, greedy=True)
     else:
         params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
-    pol = evaluate_policy(policy, tokenizer, ids, texts, params, args.seed, reward, reference, judge)
-    ref = evaluate_policy(reference, tokenizer, ids, texts, params, args.seed, reward, reference, judge)
+    pol = evaluate_policy(policy.sampler, policy.policy, ids, texts, params, args.seed, reward, reference.policy, judge)
+    ref = evaluate_policy(reference.sampler, reference.policy, ids, texts, params, args.seed, reward,
+                          reference.policy, judge)
     result = {
         "settings": {k: v for k, v in vars(args).items() if k != "func"},
         "policy": pol.summary(),
@@ -244,7 +262,7 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
                     for p, r, q in list(zip(texts, ref.responses, pol.responses))[:16]],
     }
     if checked.best_of_n:
-        result["best_of_n"] = best_of_n(reference, tokenizer, ids[: len(examples)], texts[: len(examples)],
+        result["best_of_n"] = best_of_n(reference.sampler, ids[: len(examples)], texts[: len(examples)],
                                         reward, judge, checked.best_of_n, params, args.seed)
     return result
 

@@ -53,6 +53,9 @@ def register(sub) -> None:
     p.add_argument("--chat-template", choices=("auto", "always", "never"), default="auto",
                    help="How /v1/rewards formats string prompts (match PPO's model.chat_template).")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="Weights dtype.")
+    p.add_argument("--engine", choices=("hf", "lean"), default="lean",
+                   help="Generation engine, as rollout.engine in training.")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps.")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default).")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="Seconds open requests get to finish after SIGTERM/SIGINT.")
@@ -78,6 +81,9 @@ def check_args(args) -> None:
                                   ("--host", args.host, "an interface address such as 127.0.0.1 or 0.0.0.0")):
         if value is not None and not value.strip():
             raise ConfigError(f"{flag} is empty ({value!r}); expected {expected}.")
+    from tether.config.common import check_device_spec
+
+    check_device_spec(args.device, "--device")
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be a TCP port from 0 to 65535 (0 picks a free port), got {args.port}.")
     if not 0 <= args.threads <= MAX_THREADS:
@@ -160,8 +166,12 @@ def run(args) -> int:
             torch.manual_seed(args.seed)
         else:
             torch.seed()
+        from tether.engines import EngineSettings
+        from tether.runtime import Precision, resolve_device
+
+        where = EngineSettings(resolve_device(args.device, "--device"), Precision("fp32"))
         service = ModelService.load(args.model, args.reward_model, args.dtype, args.trust_remote_code,
-                                    args.max_batch_size)
+                                    args.max_batch_size, args.engine, where)
         app = create_app(service, settings)
         logging.getLogger("tether").setLevel(logging.INFO)
         auth = "API key required" if settings.api_key else "no API key"

@@ -9,6 +9,7 @@ documentation (``tether sft --help``) and the validation error.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -196,6 +197,7 @@ def from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
         raise ConfigError(f"Config block '{prefix.rstrip('.') or '<root>'}' must be a mapping.")
     data = dict(data or {})
     if not prefix:
+        data = apply_moved_keys(cls, data)
         check_keys(cls, data)
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -248,6 +250,48 @@ def _rebased(value: str, base: Path) -> str:
     if not value or path.is_absolute() or not (base / path).exists():
         return value
     return os.path.normpath(base / path)
+
+
+def apply_moved_keys(cls: type, data: dict) -> dict:
+    """``data`` with the keys ``cls.MOVED_KEYS`` lists moved to their new place (a notice on
+    stderr says where), or dropped with the reason when they were removed; earlier presets,
+    overrides and saved run configs keep working. A key given both ways is an error."""
+    import logging
+
+    moved = getattr(cls, "MOVED_KEYS", {})
+    if not moved:
+        return data
+    data = copy.deepcopy(data)
+    log = logging.getLogger("tether.config")
+    for old, (new, how) in moved.items():
+        *parents, leaf = old.split(".")
+        node = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        if new is None:
+            log.warning("config key '%s' was removed (%s); its value %r is ignored.", old, how, value)
+            continue
+        if isinstance(how, dict):
+            if value not in how:
+                raise ConfigError(f"Config key '{old}' (now '{new}') = {value!r}: expected one of {list(how)}.")
+            value = how[value]
+        *new_parents, new_leaf = new.split(".")
+        target = data
+        for part in new_parents:
+            child = target.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                target[part] = child
+            target = child
+        if new_leaf in target and target[new_leaf] != value:
+            raise ConfigError(f"Config key '{old}' moved to '{new}', and both are given with different values "
+                              f"({value!r} and {target[new_leaf]!r}); keep '{new}'.")
+        target[new_leaf] = value
+        log.warning("config key '%s' is now '%s' (set to %r).", old, new, value)
+    return data
 
 
 def to_dict(obj: Any) -> dict:

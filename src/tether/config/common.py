@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import FLOAT32_MAX, option
+import re
+
 from tether.errors import ConfigError
 
 
@@ -17,6 +19,17 @@ def check_adam_step(key: str, lr: float, beta1: float = 0.9) -> None:
             f"Config key '{key}' = {lr!r}: AdamW's first step would be lr / (1 - beta1) = {lr / (1.0 - beta1):.3g}, "
             f"beyond float32's range (3.4e38); expected a learning rate below {FLOAT32_MAX * (1.0 - beta1):.3g}."
         )
+
+
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+def check_device_spec(spec: str, key: str = "run.device") -> None:
+    """The spelling of a device (no hardware check: :func:`tether.runtime.resolve_device` does that)."""
+    if not isinstance(spec, str) or not _DEVICE.match(spec):
+        what = key if key.startswith("--") else f"Config key '{key}'"
+        raise ConfigError(f"{what} = {spec!r}: expected {DEVICE_CHOICES}.")
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,26 @@ class RunConfig:
     on_nonfinite: Literal["stop", "skip"] = option(
         "stop", "NaN/Inf loss or gradient: stop the run naming where, or skip that step."
     )
+    device: str = option(
+        "auto",
+        "Where models and batches live: auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps. "
+        "A device this machine does not have is an error.",
+    )
+    precision: Literal["fp32", "bf16", "fp16"] = option(
+        "fp32",
+        "fp32, or bf16/fp16 autocast over fp32 master weights, optimiser and loss maths (fp16 adds a gradient "
+        "scaler). The LM and scalar heads and the log-softmax stay fp32. bf16 is fast on GPUs and on CPUs with "
+        "AVX512-BF16/AMX; elsewhere on CPU it is emulated and slower than fp32.",
+    )
+
+    def validate(self) -> None:
+        check_device_spec(self.device)
+
+
+@dataclass(frozen=True)
+class CPUConfig:
+    """Speedups that only apply on a CPU (docs/performance.md): the loops never see them."""
+
     retain_memory: bool = option(
         True,
         "Keep freed memory in the process for reuse (glibc malloc on Linux): big tensors reuse warm "

@@ -6,9 +6,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import FLOAT32_MAX, option, section
-from tether.config.common import DataConfig, ModelConfig, OptimConfig, RunConfig, check_adam_step
+from tether.config.common import CPUConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, check_adam_step
 from tether.errors import ConfigError
 from tether.config.health import HealthConfig
+
+
+#: Keys that moved or were removed: old dotted key -> (new key or None, value map / why removed).
+#: Earlier presets, overrides and saved run configs keep working (a notice names the new key).
+SUPERVISED_MOVED_KEYS = {"run.retain_memory": ("cpu.retain_memory", None)}
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,9 @@ class SFTConfig:
     max_steps: int | None = option(None, "Stop after this many optimiser steps (overrides epochs).", ge=1)
     eval_every: int = option(200, "Evaluate held-out loss every this many steps.", ge=1)
     keep_dropout: bool = option(False, "Keep the model's dropout (off by default: RLHF practice).")
+    cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
+
+    MOVED_KEYS = SUPERVISED_MOVED_KEYS
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,9 @@ class RewardModelConfig:
     )
     head_init_std: float = option(0.02, "Std of the fresh scalar head's weights.", gt=0)
     keep_dropout: bool = option(False, "Keep the model's dropout (off by default).")
+    cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
+
+    MOVED_KEYS = SUPERVISED_MOVED_KEYS
 
 
 @dataclass(frozen=True)
@@ -186,22 +197,6 @@ class PPOAlgoConfig:
     fused_optimizer: bool = option(
         True, "AdamW's fused kernel: one pass over each parameter instead of ~10 (same update up to rounding)."
     )
-    parallel_roles: bool = option(
-        True,
-        "On a CPU with 2+ torch threads, run the actor's and the critic's update passes side by side "
-        "in two threads, each with half the torch threads. Same maths (separate models, losses and "
-        "optimisers); faster because one stream of small-batch ops leaves cores idle between "
-        "kernels. No effect on GPUs, with one thread, or with ppo.compile (compiling in two threads "
-        "at once can deadlock).",
-    )
-    balance_roles: bool = option(
-        True,
-        "With ppo.parallel_roles: the two threads share the models' weight-gradient products "
-        "(linear layers of 4M+ multiply-accumulates, fp32 or bf16 autocast; needs "
-        "ppo.linear_backend=onednn, which auto is on AMD and under bf16), so the thread that ends its own pass "
-        "first (the critic's: no LM head) takes over the other's remaining ones. Same products, "
-        "same gradients. Only without gradient accumulation (ppo.grad_accum_steps=1).",
-    )
     trim_last_layer: bool = option(
         True,
         "Run each model's last decoder layer only at the positions PPO reads (response positions "
@@ -210,24 +205,12 @@ class PPOAlgoConfig:
         "the bench's shapes. Llama-layout models only (checked once per model against the full "
         "forward); others always run in full.",
     )
-    linear_backend: Literal["auto", "onednn", "aten"] = option(
-        "auto",
-        "Where the models' fp32 linear layers run on CPU: 'onednn' = oneDNN's matmul for the forward "
-        "and input-gradient products of 4M+ multiply-accumulates (in the decode loop with each "
-        "weight packed once per rollout), aten for the rest; 'aten' = PyTorch's default BLAS (MKL on "
-        "x86) throughout; 'auto' = whichever measured faster on this CPU vendor: onednn on AMD "
-        "(5-30% faster products on an EPYC Zen 4); on Intel aten in fp32 (MKL as fast or faster on "
-        "a Xeon with AMX) and onednn under bf16 autocast (its packed bf16 decode and shared weight "
-        "gradients: 1-5% faster per iteration); aten on CPUs never measured. Same products up to "
-        "summation order. Under bf16 autocast the decode loop packs bf16 copies of the same "
-        "weights; the update's bf16 products, GPUs and ppo.compile use aten.",
-    )
     compile: bool = option(
         False,
         "torch.compile the actor's and critic's trunk for the update's forward and backward (fused "
         "elementwise kernels). Needs a C++ compiler; the first iteration pays the compilation "
         "(minutes on a laptop CPU, cached on disk for later runs). The actor's and the critic's passes "
-        "then run one after the other (ppo.parallel_roles is ignored).",
+        "then run one after the other (cpu.parallel_roles is ignored).",
     )
     compile_mode: Literal["default", "max-autotune"] = option(
         "default",
@@ -235,26 +218,15 @@ class PPOAlgoConfig:
         "its own GEMM kernels against ATen's and keep the faster (longer first compilation; on the "
         "2-core bench CPU it measured no faster than 'default', GPUs may differ).",
     )
-    autocast: Literal["none", "bf16"] = option(
-        "none",
-        "Run the model forwards (sampling, scoring, update) under bf16 autocast with fp32 master "
-        "weights, optimiser and loss math. Fast on CPUs with AVX512-BF16/AMX, slow where bf16 is "
-        "emulated; 'none' = plain model.dtype.",
-    )
     ratio_tolerance: float = option(
         1e-3,
         "Invariant: |ratio - 1| on the first minibatch must stay below this (at least 0.1 under "
-        "ppo.autocast=bf16, whose rounding alone moves a trained model's ratios by 2-5e-2).",
+        "run.precision=bf16 or fp16, whose rounding alone moves a trained model's ratios by 2-5e-2).",
         gt=0,
     )
     on_invariant: Literal["warn", "error"] = option(
         "warn", "What a broken invariant (ratio, k3 < 0) does: warn or stop."
     )
-
-    @property
-    def effective_ratio_tolerance(self) -> float:
-        """``ratio_tolerance``, raised to bf16's rounding level when autocast is on."""
-        return self.ratio_tolerance if self.autocast == "none" else max(self.ratio_tolerance, BF16_RATIO_TOLERANCE)
 
     def validate(self) -> None:
         check_adam_step("ppo.actor_lr", self.actor_lr)
@@ -263,6 +235,31 @@ class PPOAlgoConfig:
                 f"Config key 'ppo.grad_accum_steps' = {self.grad_accum_steps}: must divide "
                 f"ppo.minibatch_size = {self.minibatch_size}."
             )
+
+
+@dataclass(frozen=True)
+class PPOCPUConfig(CPUConfig):
+    """CPU-only speedups of PPO's models (docs/performance.md). No effect on other devices."""
+
+    linear_backend: Literal["auto", "onednn", "aten"] = option(
+        "auto",
+        "Where the models' fp32 linear layers run on CPU: 'onednn' = oneDNN's matmul for the forward "
+        "and input-gradient products of 4M+ multiply-accumulates (in the decode loop with each "
+        "weight packed once per rollout), aten for the rest; 'aten' = PyTorch's default BLAS (MKL on "
+        "x86) throughout; 'auto' = whichever measured faster on this CPU vendor: onednn on AMD "
+        "(5-30% faster products on an EPYC Zen 4); on Intel aten in fp32 (MKL as fast or faster on "
+        "a Xeon with AMX) and onednn under bf16 autocast (its packed bf16 decode); aten on CPUs never "
+        "measured. Same products up to summation order. Under bf16 autocast the decode loop packs bf16 "
+        "copies of the same weights; the update's bf16 products and ppo.compile use aten.",
+    )
+    parallel_roles: bool = option(
+        True,
+        "With 2+ torch threads, run the actor's and the critic's update passes side by side in two "
+        "threads, each with half the torch threads. Same maths (separate models, losses and "
+        "optimisers); faster because one stream of small-batch ops leaves cores idle between "
+        "kernels (~15% per iteration at the bench's small size). Not with ppo.compile (compiling in "
+        "two threads at once can deadlock).",
+    )
 
 
 @dataclass(frozen=True)
@@ -291,6 +288,22 @@ class PPOConfig:
     ppo: PPOAlgoConfig = section(PPOAlgoConfig, "The PPO update.")
     eval: PPOEvalConfig = section(PPOEvalConfig, "Held-out evaluation.")
     health: HealthConfig = section(HealthConfig, "Training-health alarms (reference monitoring tables).")
+    cpu: PPOCPUConfig = section(PPOCPUConfig, "CPU-only speedups.")
+
+    MOVED_KEYS = {**SUPERVISED_MOVED_KEYS,
+                  "ppo.autocast": ("run.precision", {"none": "fp32", "bf16": "bf16"}),
+                  "ppo.linear_backend": ("cpu.linear_backend", None),
+                  "ppo.parallel_roles": ("cpu.parallel_roles", None),
+                  "ppo.balance_roles": (None, "it shared the update threads' weight-gradient products outside "
+                                              "autograd, which torch.distributed cannot wrap, for ~3% at the bench's "
+                                              "small size")}
+
+    @property
+    def ratio_tolerance(self) -> float:
+        """``ppo.ratio_tolerance``, raised to bf16/fp16 rounding level under autocast."""
+        if self.run.precision == "fp32":
+            return self.ppo.ratio_tolerance
+        return max(self.ppo.ratio_tolerance, BF16_RATIO_TOLERANCE)
 
     def validate(self) -> None:
         check_adam_step("critic.lr", self.critic.lr)

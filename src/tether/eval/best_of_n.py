@@ -5,7 +5,7 @@ Its KL to the sampling policy has a closed form (Stiennon et al. 2020, app. G.3;
 eq. 1), so best-of-N traces a proxy/gold-vs-KL curve with no RL at all; reference text 003 notes
 that best-of-64 can match PPO quality. Plot it beside PPO's points: ``tether.plots.frontier_plot``.
 
-    rows = best_of_n(sft_model, tokenizer, prompt_ids, prompts, ModelReward(rm), gold_score,
+    rows = best_of_n(sft_engine, prompt_ids, prompts, ModelReward(rm), gold_score,
                      ns=(1, 2, 4, 8, 16), params=SamplingParams(max_new_tokens=24), seed=0)
     # [{"n": 1, "kl_analytic": 0.0, "proxy_score": ..., "gold_score": ...}, ...]
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tether.eval.sampling import generate_seeded
+from tether.eval.sampling import seeded_rollouts
 from tether.rollout import SamplingParams
 
 
@@ -60,8 +60,7 @@ def select_best(proxy: Sequence[Sequence[float]], gold: Sequence[Sequence[float]
 
 @torch.no_grad()
 def best_of_n(
-    model,
-    tokenizer,
+    engine,
     prompt_ids: list[list[int]],
     prompts: list[str],
     reward,
@@ -73,11 +72,12 @@ def best_of_n(
 ) -> list[dict]:
     """Best-of-n for every n in ``ns`` from one set of max(ns) samples per prompt.
 
-    ``reward`` is a reward source (``.score(rollout) -> (B,)``: ``ModelReward``, ``CallableReward``,
-    ``EnsembleReward``); ``judge(prompt, response, ended) -> float`` is the optional gold judge.
-    Sampling is reproducible from ``seed`` (``generate_seeded``) and leaves the global RNG alone.
-    Returns one row per n, ascending: ``{"n", "kl_analytic", "proxy_score", "gold_score"}``
-    (``gold_score`` is None without a judge; scores are means over prompts).
+    ``engine`` is the generation engine of the policy (the SFT model's); ``reward`` a reward
+    source (``.score(rollout) -> (B,)``: ``ModelReward``, ``CallableReward``, ``EnsembleReward``);
+    ``judge(prompt, response, ended) -> float`` the optional gold judge. Sampling is reproducible
+    from ``seed`` and leaves the global RNG alone. Returns one row per n, ascending:
+    ``{"n", "kl_analytic", "proxy_score", "gold_score"}`` (``gold_score`` is None without a
+    judge; scores are means over prompts).
     """
     if not prompt_ids or len(prompt_ids) != len(prompts):
         raise ValueError(f"best_of_n needs matching non-empty prompt_ids and prompts "
@@ -86,11 +86,9 @@ def best_of_n(
     n_max = max(ns)
     p = len(prompt_ids)
     # Sample k of prompt i sits at index k * p + i: the first n samples are a prefix per prompt.
-    model.eval()
-    rollouts = generate_seeded(model, tokenizer, prompt_ids * n_max, prompts * n_max, params, seed, batch_size)
     flat_proxy: list[float] = []
     flat_gold: list[float] = []
-    for ro in rollouts:
+    for ro in seeded_rollouts(engine, prompt_ids * n_max, prompts * n_max, params, seed, batch_size):
         flat_proxy += [float(x) for x in reward.score(ro).tolist()]
         if judge is not None:
             flat_gold += [float(judge(q, r, bool(e))) for q, r, e in zip(ro.prompts, ro.responses, ro.ended.tolist())]

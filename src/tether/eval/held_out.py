@@ -1,4 +1,8 @@
-"""Held-out evaluation during PPO: fixed prompts, fixed seed, the run's own generation settings."""
+"""Held-out evaluation during RL: fixed prompts, fixed seed, the run's own generation settings.
+
+The evaluator runs through the placement like the loop does: the rollout engine samples, the
+actor and the reference give log-probs, the reward source scores.
+"""
 
 from __future__ import annotations
 
@@ -12,22 +16,19 @@ class HeldOutEvaluator:
     Every call uses the same seed, so two evaluations differ only because the policy did.
     """
 
-    def __init__(self, prompt_ids, prompts, params: SamplingParams, seed: int, reward=None, judge=None):
+    def __init__(self, prompt_ids, prompts, params: SamplingParams, seed: int, judge=None):
         self.prompt_ids = prompt_ids
         self.prompts = prompts
         self.params = params
         self.seed = seed
-        self.reward = reward
         self.judge = judge
 
-    def samples(self, model, tokenizer, reference=None) -> EvalSamples:
-        was_training = model.training
-        out = evaluate_policy(model, tokenizer, self.prompt_ids, self.prompts, self.params, self.seed,
-                              self.reward, reference, self.judge)
-        model.train(was_training)
-        return out
+    def samples(self, rollout, actor, reference=None, reward=None) -> EvalSamples:
+        """``rollout``, ``actor``, ``reference``, ``reward``: the roles (placement proxies or objects)."""
+        return evaluate_policy(rollout, actor, self.prompt_ids, self.prompts, self.params, self.seed,
+                               reward, reference, self.judge)
 
-    def __call__(self, model, tokenizer, reference=None) -> dict:
+    def __call__(self, rollout, actor, reference=None, reward=None) -> dict:
         """``eval/*`` metrics: proxy and gold score, KL to the reference, length, EOS rate, ..."""
-        summary = self.samples(model, tokenizer, reference).summary()
+        summary = self.samples(rollout, actor, reference, reward).summary()
         return {f"eval/{k}": v for k, v in summary.items() if k != "n"}

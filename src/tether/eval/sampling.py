@@ -1,7 +1,10 @@
 """Sample a policy on fixed prompts with a fixed seed and score what it wrote.
 
-Same checkpoint + same seed + same settings → same numbers: generation runs inside a forked
-RNG seeded from ``seed``, so evaluation neither depends on nor disturbs the training RNG.
+Same checkpoint + same seed + same settings → same numbers: the generation engine samples under
+a private RNG stream seeded from ``seed`` (in chunks of :data:`CHUNK` prompts, one after the
+other), so evaluation neither depends on nor disturbs the training RNG. The engine is the one
+``rollout.engine`` configures, as in training; the policy and reference are roles (anything with
+``logprobs(rollout, with_entropy)``) at the sampling temperature.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from tether.algos import kl_k1, masked_mean, repetition_rate
-from tether.models.forward import response_logprobs
-from tether.rollout import HFGenerationEngine, SamplingParams
-from tether.types import Rollout
+from tether.rollout import SamplingParams
+from tether.types import select_rows, trim_padding
+
+CHUNK = 128  # prompts per generation batch (and per scoring batch)
 
 
 @dataclass
@@ -50,21 +54,18 @@ class EvalSamples:
         return out
 
 
-def generate_seeded(model, tokenizer, prompt_ids, prompts, params: SamplingParams, seed: int, batch_size: int = 128) -> list[Rollout]:
-    """Rollouts in chunks of ``batch_size``, reproducible from ``seed``."""
-    engine = HFGenerationEngine(model, tokenizer)
-    chunks = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for start in range(0, len(prompt_ids), batch_size):
-            chunks.append(engine.generate(prompt_ids[start : start + batch_size], prompts[start : start + batch_size], params))
-    return chunks
+def seeded_rollouts(engine, prompt_ids, prompts, params: SamplingParams, seed: int, chunk_size: int = CHUNK):
+    """The engine's responses to every prompt, reproducible from ``seed``, as chunks of at most
+    ``chunk_size`` rows (each trimmed to the shape it was sampled in)."""
+    rollout = engine.generate(prompt_ids, prompts, params, seed=seed, chunk_size=chunk_size)
+    for start in range(0, len(rollout), chunk_size):
+        index = torch.arange(start, min(start + chunk_size, len(rollout)))
+        yield trim_padding(select_rows(rollout, index))
 
 
-@torch.no_grad()
 def evaluate_policy(
-    model,
-    tokenizer,
+    engine,
+    policy,
     prompt_ids: list[list[int]],
     prompts: list[str],
     params: SamplingParams,
@@ -73,18 +74,18 @@ def evaluate_policy(
     reference=None,
     judge: Callable[[str, str, bool], float] | None = None,
 ) -> EvalSamples:
-    """Sample once per prompt; score by the reward source, the judge, and KL to ``reference``."""
-    model.eval()
+    """Sample once per prompt with ``engine``; score by the reward source, the judge, and KL to
+    ``reference``. ``policy`` gives the log-probs and entropies (a fresh forward, not the
+    sampling pass's)."""
     proxy, gold, kl, entropy = [], [], [], []
     responses, ended, lengths, texts = [], [], [], []
-    temperature = params.temperature if not params.greedy else 1.0
-    for ro in generate_seeded(model, tokenizer, prompt_ids, prompts, params, seed):
+    for ro in seeded_rollouts(engine, prompt_ids, prompts, params, seed):
         mask = ro.response_mask
-        logp, ent = response_logprobs(model, ro.sequences, ro.attention_mask, ro.num_prompt_tokens, temperature, True)
-        entropy += masked_mean(ent, mask, dim=1).tolist()
+        logp, ent = policy.logprobs(ro, with_entropy=True, use_captured=False)
+        entropy += masked_mean(ent, mask.to(ent.device), dim=1).tolist()
         if reference is not None:
-            ref_logp, _ = response_logprobs(reference, ro.sequences, ro.attention_mask, ro.num_prompt_tokens, temperature)
-            kl += (kl_k1(logp, ref_logp) * mask).sum(1).tolist()
+            ref_logp, _ = reference.logprobs(ro)
+            kl += (kl_k1(logp, ref_logp) * mask.to(logp.device)).sum(1).tolist()
         if reward is not None:
             proxy += reward.score(ro).tolist()
         if judge is not None:

@@ -14,11 +14,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from tether.errors import ConfigError, TrainingError
+from tether.errors import ConfigError
 from tether.checkpoint import latest_checkpoint
 from tether.metrics import MetricsLogger
 from tether.models.loading import context_length
-from tether.placement.memory import retain_freed_memory
 from tether.runs import (
     MANIFEST,
     atomic_write_dir,
@@ -31,8 +30,7 @@ from tether.runs import (
 
 
 def begin_run(cfg, stage: str, resume: bool) -> Path | None:
-    """Threads, the allocator, seeds, a read-only check of ``run.out``; the checkpoint to resume
-    from (or None).
+    """Threads, seeds, a read-only check of ``run.out``; the checkpoint to resume from (or None).
 
     Inputs are loaded and checked after this and before the run directory is touched, so bad
     input leaves nothing behind.
@@ -40,8 +38,6 @@ def begin_run(cfg, stage: str, resume: bool) -> Path | None:
     threads, why = set_threads(cfg.run.threads)
     if cfg.run.threads == 0:
         notice(f"{threads} torch thread{'s' if threads > 1 else ''} ({why}).")
-    if cfg.run.retain_memory:
-        retain_freed_memory()
     seed_everything(cfg.run.seed)
     check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
     ckpt = latest_checkpoint(cfg.run.out) if resume else None
@@ -70,8 +66,10 @@ class LengthLimit:
 
 
 def smallest_context(models: dict[str, object]) -> tuple[int | None, str]:
-    """The smallest context length (positions) among ``models`` (name -> model or config), and its name."""
-    known = [(context_length(m), name) for name, m in models.items() if context_length(m) is not None]
+    """The smallest context length (positions) among ``models`` (name -> a length, None, or a model
+    or config to read it from), and its name."""
+    lengths = [(m if isinstance(m, int) or m is None else context_length(m), name) for name, m in models.items()]
+    known = [(n, name) for n, name in lengths if n is not None]
     return min(known) if known else (None, "")
 
 
@@ -104,29 +102,6 @@ def log_data_counts(out: Path, stage: str, counts: dict) -> None:
         logger.log(0, {f"data/{k}": v for k, v in counts.items()})
 
 
-def make_optimizer(model, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999), eps=1e-8, fused: bool = False):
-    """AdamW; ``fused`` uses the one-pass kernel (same update up to rounding) where torch has it."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    fused = fused and all(p.is_floating_point() for p in params) and bool(params)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps, fused=fused or None)
-
-
-def make_scheduler(optimizer, schedule: str, warmup_steps: int, total_steps: int, min_lr_ratio: float):
-    """transformers' schedulers: linear warm-up, then cosine-to-min / linear-to-0 / constant."""
-    from transformers import get_scheduler
-
-    if schedule == "cosine":
-        return get_scheduler(
-            "cosine_with_min_lr",
-            optimizer,
-            num_warmup_steps=warmup_steps,
-            num_training_steps=max(total_steps, 1),
-            scheduler_specific_kwargs={"min_lr_rate": min_lr_ratio},
-        )
-    name = {"linear": "linear", "constant": "constant_with_warmup"}[schedule]
-    return get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=max(total_steps, 1))
-
-
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The shuffled order of epoch ``epoch``: a pure function of (seed, epoch)."""
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
@@ -145,39 +120,6 @@ def batch_indices(n: int, batch_size: int, total_steps: int, seed: int, start_st
         if epoch != order_epoch:
             order, order_epoch = epoch_order(n, seed, epoch), epoch
         yield order[k * batch_size : (k + 1) * batch_size]
-
-
-class NonFiniteGuard:
-    """NaN/Inf in a loss or gradient: stop with a message naming it, or skip the step."""
-
-    def __init__(self, mode: str = "stop"):
-        self.mode = mode
-        self.skipped = 0
-
-    def ok(self, name: str, value: torch.Tensor, step: int | str) -> bool:
-        if torch.isfinite(value).all():
-            return True
-        if self.mode == "skip":
-            self.skipped += 1
-            return False
-        raise TrainingError(
-            f"Non-finite {name} at step {step}. Lower the learning rate, check the data, or set "
-            "run.on_nonfinite=skip to skip such steps; no checkpoint was written from this state."
-        )
-
-
-def grad_norm(model, max_norm: float | None) -> float:
-    """Global gradient norm, clipped to ``max_norm`` when given (non-finite norms are returned as is)."""
-    params = [p for p in model.parameters() if p.grad is not None]
-    if not params:
-        return 0.0
-    grads = [p.grad for p in params]
-    total = torch.nn.utils.get_total_norm(grads)
-    # clip_grad_norm_ multiplies by min(1, coef) always; skipping the multiply by exactly 1 saves a
-    # pass over every gradient and changes nothing.
-    if max_norm and not float(max_norm / (total + 1e-6)) >= 1.0:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
-    return float(total)
 
 
 def progress(total: int, desc: str, enabled: bool):

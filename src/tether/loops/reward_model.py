@@ -27,21 +27,23 @@ from tether.loops.common import (
     steps_for,
 )
 from tether.loops.supervised import SupervisedJob, train_supervised
-from tether.loops.sft import split_holdout
+from tether.loops.sft import optimizer_spec, split_holdout
 from tether.metrics import MetricsLogger
+from tether.engines import TrainingEngine, engine_settings, prepare_models
 from tether.models import load_scalar_model, load_tokenizer
 from tether.models.loading import load_model_config
 from tether.models.forward import last_token_scores
 from tether.runs import guarded_run, prepare_run_dir
+from tether.types import to_device
 
 log = logging.getLogger(__name__)
 
 
-def pair_scores(model, pairs: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_scores(model, pairs: list, pad_id: int, autocast: str = "none") -> tuple[torch.Tensor, torch.Tensor]:
     """Raw scores (B,), (B,) of chosen and rejected, in one forward over 2B sequences."""
     seqs = [p.prompt_ids + p.chosen_ids for p in pairs] + [p.prompt_ids + p.rejected_ids for p in pairs]
-    batch = collate_right(seqs, pad_id)
-    scores = last_token_scores(model, batch["input_ids"], batch["attention_mask"])
+    batch = to_device(collate_right(seqs, pad_id), next(model.parameters()).device)
+    scores = last_token_scores(model, batch["input_ids"], batch["attention_mask"], autocast)
     return scores[: len(pairs)], scores[len(pairs) :]
 
 
@@ -106,15 +108,17 @@ def _margin(record, field: str) -> float:
 
 
 @torch.no_grad()
-def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: float = 0.0) -> dict:
+def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: float = 0.0,
+                   autocast: str = "none") -> dict:
     """Held-out pairwise accuracy, mean margin r_c − r_r, and the mean response score."""
+    was_training = model.training
     model.eval()
     chosen, rejected = [], []
     for start in range(0, len(pairs), batch_size):
-        c, r = pair_scores(model, pairs[start : start + batch_size], pad_id)
+        c, r = pair_scores(model, pairs[start : start + batch_size], pad_id, autocast)
         chosen.append(c)
         rejected.append(r)
-    model.train()
+    model.train(was_training)
     c, r = torch.cat(chosen), torch.cat(rejected)
     return {
         "eval/accuracy": float((c > r).float().mean()),
@@ -128,6 +132,7 @@ def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: flo
 def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
     ckpt = begin_run(cfg, "rm", resume)
+    settings = engine_settings(cfg)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     limit = fit_to_context(cfg.data.max_length, "data.max_length",
@@ -139,31 +144,34 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
         cfg.keep_dropout, head_init_std=cfg.head_init_std, new_head=ckpt is None,
         trust_remote_code=cfg.model.trust_remote_code, key=None if ckpt else "model.name_or_path",
     )
-    model.config.score_offset = 0.0
-    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume=ckpt is not None)
     total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    prepare_models([model], settings)
+    engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
+                            settings.on_nonfinite)
+    engine.config.score_offset = 0.0
+    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume=ckpt is not None)
     if ckpt is None:
         log_data_counts(out, "rm", {"train_pairs": len(train), "eval_pairs": len(evals), **counts})
-    pad = tokenizer.pad_token_id
-    index = list(range(len(train)))
+    pad, autocast = tokenizer.pad_token_id, engine.autocast
 
-    def loss(items, weight):
-        c, r = pair_scores(model, [train[i] for i in items], pad)
-        margin = torch.tensor([margins[i] for i in items]) if cfg.margin_field else None
-        value = bradley_terry_loss(c, r, margin) * weight
-        return value, {"train/loss": float(value.detach()), "train/accuracy": float((c > r).float().mean()) * weight}
+    def loss(module, items):
+        c, r = pair_scores(module, [train[i] for i in items], pad, autocast)
+        margin = engine.to_device(torch.tensor([margins[i] for i in items])) if cfg.margin_field else None
+        value = bradley_terry_loss(c, r, margin)
+        return value, {"train/loss": float(value.detach()), "train/accuracy": float((c > r).float().mean())}
 
-    job = SupervisedJob(
-        stage="rm", model=model, tokenizer=tokenizer, train=index, loss=loss,
-        evaluate=(lambda: evaluate_pairs(model, evals, pad, cfg.optim.batch_size)) if evals else None,
-    )
+    def evaluate() -> dict:
+        return engine.infer(evaluate_pairs, evals, pad, cfg.optim.batch_size, 0.0, autocast)
+
+    job = SupervisedJob(stage="rm", engine=engine, tokenizer=tokenizer, train=list(range(len(train))), loss=loss,
+                        evaluate=evaluate if evals else None)
     t0 = time.perf_counter()
     eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
     if cfg.normalize and evals:
         # Gauge fix: held-out responses score 0 on average (mean-centering, reference text 001).
-        model.config.score_offset = eval_metrics["eval/score_mean"]
+        engine.config.score_offset = eval_metrics["eval/score_mean"]
         with MetricsLogger(out, "rm") as logger:
-            logger.log(total_steps, {"rm/score_offset": model.config.score_offset})
-    save_final(out, model, tokenizer, {"stage": "rm", "steps": total_steps})
+            logger.log(total_steps, {"rm/score_offset": engine.config.score_offset})
+    save_final(out, engine, tokenizer, {"stage": "rm", "steps": total_steps})
     return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
-            "score_offset": model.config.score_offset, "model": model, "tokenizer": tokenizer}
+            "score_offset": engine.config.score_offset, "engine": engine, "tokenizer": tokenizer}

@@ -25,11 +25,13 @@ from tether.loops.common import (
     save_final,
     steps_for,
 )
+from tether.engines import OptimizerSpec, TrainingEngine, engine_settings, prepare_models
 from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.models import load_causal_lm, load_tokenizer
+from tether.models.forward import autocast_context, position_ids
 from tether.models.loading import load_model_config
-from tether.models.forward import position_ids
 from tether.runs import guarded_run, prepare_run_dir
+from tether.types import to_device
 
 log = logging.getLogger(__name__)
 
@@ -75,29 +77,33 @@ def load_sft_data(cfg: SFTConfig, tokenizer, limit: LengthLimit | None = None):
     return train_tok, eval_tok, counts
 
 
-def sft_batch_loss(model, batch: dict, total_tokens: int) -> torch.Tensor:
+def sft_batch_loss(model, batch: dict, total_tokens: int, autocast: str = "none") -> torch.Tensor:
     """Sum of response-token NLL in ``batch`` divided by ``total_tokens`` of the full batch.
 
-    Dividing by the whole batch's token count makes gradient accumulation exact.
+    Dividing by the whole batch's token count makes gradient accumulation exact. The forward
+    runs under ``autocast`` (run.precision); the log-softmax in fp32.
     """
     ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits
+    with autocast_context(model, autocast):
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits
     logp = token_logprobs(logits[:, :-1].float(), ids[:, 1:])
     target_mask = mask[:, 1:]
     return sft_loss(logp, target_mask) * target_mask.sum() / max(total_tokens, 1)
 
 
-@torch.no_grad()
-def evaluate_sft(model, examples, pad_id: int, batch_size: int) -> float:
+def evaluate_sft(model, examples, pad_id: int, batch_size: int, autocast: str = "none") -> float:
+    """Held-out token-mean NLL of ``examples`` (call without gradients, e.g. through ``engine.infer``)."""
+    was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     total, count = 0.0, 0
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
-        batch = collate_right([t.input_ids for t in chunk], pad_id, [t.loss_mask for t in chunk])
+        batch = to_device(collate_right([t.input_ids for t in chunk], pad_id, [t.loss_mask for t in chunk]), device)
         n = int(batch["loss_mask"][:, 1:].sum())
-        total += float(sft_batch_loss(model, batch, n)) * n
+        total += float(sft_batch_loss(model, batch, n, autocast)) * n
         count += n
-    model.train()
+    model.train(was_training)
     return total / max(count, 1)
 
 
@@ -108,6 +114,7 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
     """
     ckpt = begin_run(cfg, "sft", resume)
+    settings = engine_settings(cfg)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     limit = fit_to_context(cfg.data.max_length, "data.max_length",
@@ -118,25 +125,34 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
         tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code,
         key=None if ckpt else "model.name_or_path",
     )
-    out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None)
     total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    prepare_models([model], settings)
+    engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
+                            settings.on_nonfinite)
+    out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None)
     if ckpt is None:
         log_data_counts(out, "sft", {"train_examples": len(train), "eval_examples": len(evals), **counts})
-    pad = tokenizer.pad_token_id
+    pad, autocast = tokenizer.pad_token_id, engine.autocast
 
-    def loss(items, weight):
-        batch = collate_right([t.input_ids for t in items], pad, [t.loss_mask for t in items])
-        n = int(batch["loss_mask"][:, 1:].sum())
-        value = sft_batch_loss(model, batch, n) * weight
+    def loss(module, items):
+        batch = engine.to_device(collate_right([t.input_ids for t in items], pad, [t.loss_mask for t in items]))
+        value = sft_batch_loss(module, batch, int(batch["loss_mask"][:, 1:].sum()), autocast)
         return value, {"train/loss": float(value.detach())}
 
-    job = SupervisedJob(
-        stage="sft", model=model, tokenizer=tokenizer, train=train, loss=loss,
-        evaluate=(lambda: {"eval/loss": evaluate_sft(model, evals, pad, cfg.optim.batch_size)}) if evals else None,
-        weight_of=lambda t: float(sum(t.loss_mask[1:])),
-    )
+    def evaluate() -> dict:
+        return {"eval/loss": engine.infer(evaluate_sft, evals, pad, cfg.optim.batch_size, autocast)}
+
+    job = SupervisedJob(stage="sft", engine=engine, tokenizer=tokenizer, train=train, loss=loss,
+                        evaluate=evaluate if evals else None, weight_of=lambda t: float(sum(t.loss_mask[1:])))
     t0 = time.perf_counter()
     eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
-    save_final(out, model, tokenizer, {"stage": "sft", "steps": total_steps})
+    save_final(out, engine, tokenizer, {"stage": "sft", "steps": total_steps})
     return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
-            "model": model, "tokenizer": tokenizer}
+            "engine": engine, "tokenizer": tokenizer}
+
+
+def optimizer_spec(opt, total_steps: int) -> OptimizerSpec:
+    """AdamW and its schedule from an ``optim:`` block (SFT and the reward model)."""
+    return OptimizerSpec(lr=opt.lr, weight_decay=opt.weight_decay, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+                         schedule=opt.schedule, warmup_steps=opt.warmup_steps, total_steps=total_steps,
+                         min_lr_ratio=opt.min_lr_ratio, max_grad_norm=opt.max_grad_norm)

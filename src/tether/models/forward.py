@@ -6,9 +6,9 @@ gets the same positions as ``generate`` gave it. Leading columns that are paddin
 row of a (sub-)batch are dropped before the model sees them: the real tokens' positions and
 attention are unchanged, so the result is the same, for less work.
 
-``autocast="bf16"`` runs the decoder trunk under CPU/GPU bf16 autocast (the weights stay
-fp32); the LM head and scalar heads, the log-softmax and everything after stay fp32 (and so
-does the lean decode loop's LM head, so that captured log-probs match these).
+``autocast="bf16"`` (or "fp16") runs the decoder trunk under autocast (the weights stay fp32);
+the LM head and scalar heads, the log-softmax and everything after stay fp32 (and so does the
+lean decode loop's LM head, so that captured log-probs match these).
 """
 
 from __future__ import annotations
@@ -22,75 +22,15 @@ from torch import Tensor
 from tether.algos.logprobs import token_logprobs
 from tether.algos.losses import entropy_from_logits
 from tether.models import last_layer
-from tether.models.linear_backend import OneDNNLinear, onednn_linear
 from tether.models.loading import score_head
-
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
-
+from tether.runtime import AUTOCAST_DTYPES
 
 def autocast_context(model, mode: str = "none"):
-    """``torch.autocast`` at ``mode`` ("none" or "bf16") on the model's device, or a no-op."""
-    if mode in (None, "none"):
+    """``torch.autocast`` at ``mode`` ("none"/"fp32", "bf16" or "fp16") on the model's device, or a no-op."""
+    if mode in (None, "none", "fp32"):
         return contextlib.nullcontext()
     device = next(model.parameters()).device.type
     return torch.autocast(device, dtype=AUTOCAST_DTYPES[mode])
-
-
-def bf16_native() -> bool:
-    """bf16 matmuls run natively here (AVX512-BF16 or AMX), checked with a tiny bf16 matmul too.
-
-    Without native support CPU autocast still works but emulates bf16 and runs slower than fp32.
-    """
-    if not torch.backends.mkldnn.is_available():
-        return False
-    native = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    try:
-        if native is not None and not native():
-            return False
-        a = torch.ones(4, 4, dtype=torch.bfloat16)
-        return bool((a @ a).eq(4).all())
-    except RuntimeError:
-        return False
-
-
-FP32_ATTENTION = "tether_sdpa_fp32"
-
-
-def _sdpa_fp32(module, query, key, value, attention_mask, **kwargs):
-    """transformers' SDPA attention computed in fp32 whatever the autocast dtype of q, k, v.
-
-    On CPU, bf16 SDPA's backward runs 2-3x slower than fp32 SDPA at these sizes, and fp32 keeps
-    the softmax exact; the projections around it stay in bf16.
-    """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    device = query.device.type
-    if not torch.is_autocast_enabled(device):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    dtype = torch.get_autocast_dtype(device)
-    if attention_mask is not None and attention_mask.is_floating_point():
-        attention_mask = attention_mask.float()
-    with torch.autocast(device, enabled=False):
-        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
-    return out.to(dtype), weights
-
-
-def use_fp32_attention(model) -> bool:
-    """Switch a model on transformers' SDPA attention to :func:`_sdpa_fp32` (for bf16 autocast).
-
-    Returns whether it switched (other attention implementations are left alone). The setting
-    lives in memory only: saved checkpoints keep their config.
-    """
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-
-    if getattr(model.config, "_attn_implementation", None) != "sdpa":
-        return False
-    if FP32_ATTENTION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(FP32_ATTENTION, _sdpa_fp32)
-        AttentionMaskInterface.register(FP32_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    model.set_attn_implementation(FP32_ATTENTION)
-    return True
 
 
 def position_ids(attention_mask: Tensor) -> Tensor:
@@ -176,13 +116,10 @@ def check_last_layer(model, input_ids: Tensor, attention_mask: Tensor, keep: sli
 
 
 def _head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:
-    """A linear head in fp32 whatever the autocast state: log-probs and scores keep full precision."""
-    weight = layer.weight
-    bias = getattr(layer, "bias", None)
-    if weight.dtype == hidden.dtype:
-        linear = onednn_linear if isinstance(layer, OneDNNLinear) else torch.nn.functional.linear
-        return linear(hidden, weight, bias)
-    return layer(hidden.to(weight.dtype))
+    """A linear head in the weights' precision (fp32 master weights: fp32) with autocast off:
+    log-probs and scores keep full precision whatever the trunk ran in."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        return layer(hidden.to(layer.weight.dtype))
 
 
 def scalar_head(layer: torch.nn.Module, hidden: Tensor) -> Tensor:

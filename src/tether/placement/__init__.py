@@ -1,1 +1,37 @@
+"""Where roles run. The loops hold a :class:`~tether.placement.base.Placement` and role proxies;
+this package decides what is behind them: today every role in this process
+(:class:`~tether.placement.local.LocalPlacement`)."""
 
+from __future__ import annotations
+
+import logging
+
+from tether.placement.base import Placement, RoleProxy, role
+from tether.placement.local import LocalPlacement
+
+log = logging.getLogger(__name__)
+
+
+def local_placement(cfg, roles) -> LocalPlacement:
+    """The roles of ``roles`` (:class:`tether.roles.build.Roles`) in this process. The actor's and
+    the critic's updates run side by side when ``cpu.parallel_roles`` is on and they run on a CPU
+    (two threads compiling at once deadlocked in dynamo: not with ``ppo.compile``)."""
+    on_cpu = roles.actor.engine.device.type == "cpu"
+    parallel = cfg.cpu.parallel_roles and on_cpu
+    if parallel and cfg.ppo.compile:
+        log.warning("ppo.compile is on: the actor's and the critic's update passes run one after the "
+                    "other (cpu.parallel_roles ignored; torch.compile in two threads at once can deadlock).")
+        parallel = False
+    return LocalPlacement(roles.placed(), parallel=parallel)
+
+
+def make_placement(cfg, checkpoint=None):
+    """The placement of an RL config's roles, built from ``checkpoint`` when resuming; returns
+    (placement, the policy's tokenizer, each model's context length by name)."""
+    from tether.roles.build import build_roles
+
+    roles = build_roles(cfg, checkpoint)
+    return local_placement(cfg, roles), roles.tokenizer, roles.contexts
+
+
+__all__ = ["LocalPlacement", "Placement", "RoleProxy", "local_placement", "make_placement", "role"]

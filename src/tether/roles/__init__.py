@@ -1,7 +1,9 @@
-"""The four PPO roles as plain classes: actor/reference (policy), critic, reward source."""
+"""What each model is for: the actor (log-probs, update), the reference (log-probs), the critic
+(values, update), and the reward sources (scores). Each role runs its model through an engine
+(:mod:`tether.engines`); no threads, no Ray, no optimisers of their own."""
 
-from tether.roles.critic import CriticRole, SharedTrunkCritic, ValueHead
-from tether.roles.policy import PolicyRole
+from tether.roles.critic import Critic, SharedTrunkCritic, ValueHead
+from tether.roles.policy import Actor, PolicyOutput, PolicyWithValueHead, Reference
 from tether.roles.reward import (
     CallableReward,
     EnsembleReward,
@@ -12,11 +14,14 @@ from tether.roles.reward import (
 )
 
 __all__ = [
+    "Actor",
     "CallableReward",
-    "CriticRole",
+    "Critic",
     "EnsembleReward",
     "ModelReward",
-    "PolicyRole",
+    "PolicyOutput",
+    "PolicyWithValueHead",
+    "Reference",
     "RewardSource",
     "SharedTrunkCritic",
     "ValueHead",

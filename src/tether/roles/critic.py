@@ -1,6 +1,6 @@
 """The critic: a scalar-head model giving V(s_t) for every response token.
 
-:class:`CriticRole` is PPO-RLHF's usual separate value model; :class:`SharedTrunkCritic` is a
+:class:`Critic` is PPO-RLHF's usual separate value model; :class:`SharedTrunkCritic` is a
 value head on the actor's trunk (``critic.shared_trunk``), a different model that costs
 one trunk pass in the update instead of two.
 """
@@ -14,29 +14,60 @@ import torch
 from torch import Tensor
 
 from tether.errors import ModelError
-from tether.models.forward import logprobs_from_hidden, response_hidden, response_values, scalar_head
-from tether.types import Rollout
+from tether.models.forward import response_values, scalar_head
+from tether.roles.policy import token_weights
+from tether.types import Experience, Rollout
 
 
-class CriticRole:
-    """V(s_t) is read where token t is predicted: the position before it (like the log-probs)."""
+class Critic:
+    """V(s_t) for every response token, from a scalar-head model; read where token t is
+    predicted (the position before it, like the log-probs). Trained through its engine."""
 
-    shared_trunk = False
+    def __init__(self, engine):
+        self.engine = engine
 
-    def __init__(self, model, autocast: str = "none", compile: bool | str = False):
-        self.model = model
-        self.autocast = autocast
-        self.compile = compile
-
-    def forward(self, rollout: Rollout) -> Tensor:
-        """(B, A) values with gradient; padding positions are 0."""
-        values = response_values(self.model, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
-                                 self.autocast, self.compile)
+    def _values(self, module, rollout: Rollout, compile: bool | str = False) -> Tensor:
+        values = response_values(module, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
+                                 self.engine.autocast, compile)
         return values * rollout.response_mask
 
     def values(self, rollout: Rollout) -> Tensor:
-        with torch.no_grad():
-            return self.forward(rollout)
+        """(B, A) values, 0 on padding; no gradient."""
+        return self.engine.infer(self._values, rollout)
+
+    def update(self, exp: Experience, minibatches: list[list[Tensor]], loss_fn, where: str = "?") -> list[dict]:
+        """One optimiser step per minibatch with ``loss_fn(values, micro_batch) -> (loss, stats)``."""
+        e = self.engine
+
+        def step_loss(module, mb: Experience):
+            return loss_fn(self._values(module, mb.rollout, e.compile), mb)
+
+        results = []
+        for micro_indices in minibatches:
+            micros = [exp.select(index) for index in micro_indices]
+            step = e.train_step(micros, step_loss, token_weights(micros), "value loss", where)
+            stats = {**step["stats"], "optim/skipped_steps": float(step["skipped_steps"])}
+            if step["grad_norm"] is not None:
+                stats["optim/critic_grad_norm"] = step["grad_norm"]
+            stats.update({f"timing/update/{k}": v for k, v in step["timing"].items()})
+            results.append(stats)
+        return results
+
+    def trains_alone(self) -> bool:
+        """The critic has its own update (a shared-trunk one trains inside the actor's)."""
+        return True
+
+    def named_weights(self):
+        return self.engine.named_weights()
+
+    def state_dict(self) -> dict:
+        return self.engine.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.engine.load_state_dict(state)
+
+    def save_pretrained(self, directory, **kwargs) -> None:
+        self.engine.save_pretrained(directory, **kwargs)
 
 
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -90,36 +121,35 @@ class ValueHead(torch.nn.Module):
 class SharedTrunkCritic:
     """V(s_t) from a value head on the actor's own trunk (lm-human-preferences' layout).
 
-    A different model from :class:`CriticRole`'s separate critic: the value loss trains the
-    actor's trunk too, and one forward pass serves both losses in the update
-    (:meth:`forward_with_policy`). ``model`` is the value head alone (what the critic
-    optimiser and checkpoints hold); ``policy`` is the actor's :class:`PolicyRole`.
+    A different model from :class:`Critic`'s separate one: the value loss trains the actor's
+    trunk too, in the actor's own update (one pass and one backward serve both losses), so this
+    view's :meth:`update` has nothing to do. Its checkpoint is the value head alone.
     """
 
-    shared_trunk = True
+    def __init__(self, actor):
+        self.actor = actor
 
-    def __init__(self, policy, head: ValueHead):
-        self.policy = policy
-        self.model = head
-
-    def _hidden(self, rollout: Rollout) -> tuple[Tensor, Tensor]:
-        """The actor trunk's (B, A, H) hidden states at the response positions, and the (B, A) ids."""
-        p = self.policy
-        return response_hidden(p.model, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
-                               p.autocast, p.compile)
-
-    def forward(self, rollout: Rollout) -> Tensor:
-        """(B, A) values with gradient (into the head and the actor's trunk); padding positions are 0."""
-        hidden, _ = self._hidden(rollout)
-        return self.model(hidden) * rollout.response_mask
+    @property
+    def head(self) -> ValueHead:
+        return self.actor.engine.model.value_head
 
     def values(self, rollout: Rollout) -> Tensor:
-        with torch.no_grad():
-            return self.forward(rollout)
+        return self.actor.values(rollout)
 
-    def forward_with_policy(self, rollout: Rollout, with_entropy: bool) -> tuple[Tensor, Tensor | None, Tensor]:
-        """One trunk pass: the actor's (B, A) log-probs, entropies or None, and (B, A) values."""
-        p = self.policy
-        hidden, tokens = self._hidden(rollout)
-        logp, entropy = logprobs_from_hidden(p.model, hidden, tokens, p.temperature, with_entropy)
-        return logp, entropy, self.model(hidden) * rollout.response_mask
+    def update(self, exp: Experience, minibatches, loss_fn, where: str = "?") -> list[dict]:
+        return []  # trained with the actor (PolicyWithValueHead)
+
+    def trains_alone(self) -> bool:
+        return False
+
+    def named_weights(self):
+        return self.head.named_parameters()
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def save_pretrained(self, directory, **kwargs) -> None:
+        self.head.save_pretrained(directory)

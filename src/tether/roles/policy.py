@@ -1,64 +1,151 @@
-"""Actor and reference: causal LMs that score the response tokens of a rollout."""
+"""The policy roles: the actor (log-probs and its update) and the frozen reference.
+
+A role says what a model is for; its engine says how the model runs (device, precision,
+optimiser). The PPO loop calls these methods through a placement and never sees the model.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from tether.models.forward import response_logprobs
-from tether.types import Rollout
+from tether.models.forward import logprobs_from_hidden, response_hidden
+from tether.types import Experience, Rollout
 
 
-class PolicyRole:
-    """A causal LM as a policy over response tokens. The actor trains it; the reference freezes it.
+@dataclass
+class PolicyOutput:
+    """What the actor's forward gives a loss function: (B, A) log-probs at the sampling
+    temperature, (B, A) entropies (or None) and, with a shared-trunk value head, (B, A) values."""
 
-    ``autocast``: "bf16" runs the trunk under bf16 autocast (fp32 weights, fp32 head and log-softmax).
-    ``use_captured``: the rollout-time log-probs come from the sampling pass when this model sampled
-    the rollout (no second forward); PPO's first-minibatch ratio check verifies they agree.
-    ``compile``: the gradient (update) pass runs a ``torch.compile``d trunk (True or a mode of
-    :data:`tether.models.forward.COMPILE_MODES`).
+    logprobs: Tensor
+    entropy: Tensor | None = None
+    values: Tensor | None = None
+
+
+class PolicyWithValueHead(torch.nn.Module):
+    """The actor's causal LM with a value head on its trunk (``critic.shared_trunk``): one module,
+    so one engine trains both with one backward and one clip. Saved as the LM alone; the head
+    is saved by the critic view (:class:`~tether.roles.critic.SharedTrunkCritic`)."""
+
+    def __init__(self, policy: torch.nn.Module, value_head: torch.nn.Module):
+        super().__init__()
+        self.policy = policy
+        self.value_head = value_head
+
+    def save_pretrained(self, directory, **kwargs) -> None:
+        self.policy.save_pretrained(directory, **kwargs)
+
+
+def causal_lm(module: torch.nn.Module) -> torch.nn.Module:
+    """The causal LM inside an engine's module (the module itself, or a value-head wrapper's policy)."""
+    return module.policy if isinstance(module, PolicyWithValueHead) else module
+
+
+def policy_forward(module, rollout: Rollout, temperature: float, with_entropy: bool, autocast: str,
+                   compile: bool | str = False) -> PolicyOutput:
+    """One trunk pass over a rollout: log-probs (and entropies) of its response tokens, and the
+    value head's values when ``module`` carries one. Gradients flow when they are enabled."""
+    lm = causal_lm(module)
+    hidden, tokens = response_hidden(lm, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
+                                     autocast, compile)
+    logp, entropy = logprobs_from_hidden(lm, hidden, tokens, temperature, with_entropy)
+    values = None
+    if isinstance(module, PolicyWithValueHead):
+        values = module.value_head(hidden) * rollout.response_mask
+    return PolicyOutput(logp, entropy, values)
+
+
+def token_weights(micros: list[Experience]) -> list[float]:
+    """Each micro-batch's share of the minibatch's response tokens: token-mean losses then
+    accumulate to exactly the minibatch's token mean."""
+    counts = [float(mb.rollout.response_mask.sum()) for mb in micros]
+    total = sum(counts)
+    return [c / total for c in counts] if total else [1.0 / len(micros)] * len(micros)
+
+
+class Reference:
+    """A frozen policy: log-probs of rollouts under its weights (the KL anchor; also any policy
+    that ``tether eval`` or the demo measures). Never uses log-probs captured while sampling."""
+
+    def __init__(self, engine, temperature: float):
+        self.engine = engine
+        self.temperature = temperature
+
+    def logprobs(self, rollout: Rollout, with_entropy: bool = False, use_captured: bool = False):
+        """(B, A) log pi(a_t | s_t) at the sampling temperature, and (B, A) entropies or None."""
+        e = self.engine
+        out = e.infer(lambda m, ro: policy_forward(m, ro, self.temperature, with_entropy, e.autocast), rollout)
+        return out.logprobs, out.entropy
+
+
+class Actor(Reference):
+    """The policy being trained: log-probs of rollouts and the update, through its training engine.
+
+    ``use_captured``: the rollout-time log-probs come from the sampling pass when the rollout
+    carries them (no second forward); the first-minibatch ratio check verifies they agree.
     """
 
-    def __init__(self, model, temperature: float, trainable: bool, autocast: str = "none",
-                 use_captured: bool = False, compile: bool | str = False):
-        self.model = model
-        self.compile = compile
-        self.temperature = temperature
-        self.trainable = trainable
-        self.autocast = autocast
+    def __init__(self, engine, temperature: float, use_captured: bool = False):
+        super().__init__(engine, temperature)
         self.use_captured = use_captured
-        if not trainable:
-            model.eval()
-            model.requires_grad_(False)
+        self.shared_trunk = isinstance(engine.model, PolicyWithValueHead)
 
-    def captured(self, rollout: Rollout, with_entropy: bool) -> bool:
-        """The rollout carries log-probs (and entropies, if asked) this model computed while sampling."""
-        return (
-            self.use_captured
-            and rollout.sampled_logprobs is not None
-            and rollout.sampled_by is self.model
-            and (not with_entropy or rollout.sampled_entropy is not None)
-        )
+    def logprobs(self, rollout: Rollout, with_entropy: bool = False, use_captured: bool = True):
+        """(B, A) log pi_old at the sampling temperature and (B, A) entropies or None; no gradient."""
+        captured = rollout.sampled_logprobs is not None and (not with_entropy or rollout.sampled_entropy is not None)
+        if use_captured and self.use_captured and captured:
+            ro = self.engine.to_device(rollout)
+            return ro.sampled_logprobs, ro.sampled_entropy if with_entropy else None
+        e = self.engine
+        out = e.infer(lambda m, ro: policy_forward(m, ro, self.temperature, with_entropy, e.autocast, False), rollout)
+        return out.logprobs, out.entropy
 
-    def logprobs(self, rollout: Rollout, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-        """(B, A) log pi(a_t | s_t) at the sampling temperature, and (B, A) entropies if asked.
+    def values(self, rollout: Rollout) -> Tensor:
+        """(B, A) values of the shared-trunk value head (no gradient)."""
+        e = self.engine
+        return e.infer(lambda m, ro: policy_forward(m, ro, self.temperature, False, e.autocast).values, rollout)
 
-        No gradient: this is the rollout-time pass (pi_old, pi_ref).
-        """
-        if self.captured(rollout, with_entropy):
-            return rollout.sampled_logprobs, rollout.sampled_entropy if with_entropy else None
-        with torch.no_grad():
-            return self.forward(rollout, with_entropy)
+    def update(self, exp: Experience, minibatches: list[list[Tensor]], loss_fn, where: str = "?") -> list[dict]:
+        """One optimiser step per minibatch (a list of micro-batch index tensors) with
+        ``loss_fn(PolicyOutput, micro_batch) -> (loss, stats)``; the steps' stats, in order."""
+        e = self.engine
+        with_entropy = bool(getattr(loss_fn, "needs_entropy", False))
 
-    def forward(self, rollout: Rollout, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Same as :meth:`logprobs` but with gradient (the PPO update)."""
-        return response_logprobs(
-            self.model,
-            rollout.sequences,
-            rollout.attention_mask,
-            rollout.num_prompt_tokens,
-            self.temperature,
-            with_entropy,
-            self.autocast,
-            self.compile,
-        )
+        def step_loss(module, mb: Experience):
+            out = policy_forward(module, mb.rollout, self.temperature, with_entropy, e.autocast, e.compile)
+            return loss_fn(out, mb)
+
+        results = []
+        for micro_indices in minibatches:
+            micros = [exp.select(index) for index in micro_indices]
+            step = e.train_step(micros, step_loss, token_weights(micros), "policy loss", where)
+            stats = {**step["stats"], "optim/skipped_steps": float(step["skipped_steps"])}
+            if step["grad_norm"] is not None:
+                stats["optim/grad_norm"] = step["grad_norm"]
+                if self.shared_trunk:  # one clip over the trunk and the value head
+                    stats["optim/critic_grad_norm"] = step["grad_norm"]
+            stats.update({f"timing/update/{k}": v for k, v in step["timing"].items()})
+            results.append(stats)
+        return results
+
+    def last_lr(self) -> float:
+        return self.engine.last_lr()
+
+    def named_weights(self):
+        """The causal LM's weights (for a generation engine that holds its own copy)."""
+        prefix = "policy." if self.shared_trunk else ""
+        for name, tensor in self.engine.named_weights():
+            if name.startswith(prefix):
+                yield name[len(prefix):], tensor
+
+    def state_dict(self) -> dict:
+        return self.engine.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.engine.load_state_dict(state)
+
+    def save_pretrained(self, directory, **kwargs) -> None:
+        self.engine.save_pretrained(directory, **kwargs)

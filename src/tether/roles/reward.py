@@ -24,18 +24,28 @@ class ModelReward:
     """A frozen ``*ForSequenceClassification`` reward model sharing the policy's tokenizer.
 
     The score is the head at the last real token (the EOS when there is one) minus the
-    model's stored normalisation offset.
+    model's stored normalisation offset. Takes an :class:`~tether.engines.InferenceEngine`, or a
+    model (then run where it is, at ``autocast``).
     """
 
-    def __init__(self, model, name: str = "reward model", autocast: str = "none"):
-        self.model = model.eval().requires_grad_(False)
-        self.offset = score_offset(model)
-        self.name = name
-        self.autocast = autocast
+    def __init__(self, model_or_engine, name: str = "reward model", autocast: str = "none"):
+        from tether.engines import InferenceEngine
 
-    @torch.no_grad()
+        engine = model_or_engine
+        if not isinstance(engine, InferenceEngine):
+            device = next(model_or_engine.parameters()).device
+            engine = InferenceEngine(model_or_engine, device, "fp32" if autocast in (None, "none") else autocast)
+        self.engine = engine
+        self.offset = score_offset(engine.model)
+        self.name = name
+
+    @property
+    def model(self):
+        return self.engine.model
+
     def score(self, rollout: Rollout) -> Tensor:
-        raw = last_token_scores(self.model, rollout.sequences, rollout.attention_mask, self.autocast)
+        e = self.engine
+        raw = e.infer(lambda m, ro: last_token_scores(m, ro.sequences, ro.attention_mask, e.autocast), rollout)
         return raw - self.offset
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from tether.data import collate_left
 from tether.models.forward import autocast_context
-from tether.models.linear_backend import packed_linears
-from tether.rollout.base import SamplingParams
+from tether.rollout.base import SamplingParams, StepHook, generate_chunks, no_decode_context
 from tether.rollout.sampling import step_logprobs
 from tether.types import Rollout
 
@@ -27,7 +27,7 @@ def truncate_after_eos(responses: torch.Tensor, eos_id: int, pad_id: int) -> tup
     return ids, mask, ended
 
 
-def make_rollout(tok, input_ids, attention_mask, responses, prompts, logps=None, entropies=None, model=None) -> Rollout:
+def make_rollout(tok, input_ids, attention_mask, responses, prompts, logps=None, entropies=None) -> Rollout:
     """A :class:`Rollout` from raw sampled ids (B, A): cut after EOS, decode, and attach the
     per-step log-probs/entropies captured while sampling (lists of (B,) tensors) if given."""
     ids, mask, ended = truncate_after_eos(responses, tok.eos_token_id, tok.pad_token_id)
@@ -45,7 +45,6 @@ def make_rollout(tok, input_ids, attention_mask, responses, prompts, logps=None,
         m = mask.float()
         rollout.sampled_logprobs = torch.stack(logps, dim=1) * m
         rollout.sampled_entropy = torch.stack(entropies, dim=1) * m
-        rollout.sampled_by = model
     return rollout
 
 
@@ -60,19 +59,30 @@ class HFGenerationEngine:
     default) runs its head in fp32 and has none.
     """
 
-    def __init__(self, model, tokenizer, autocast: str = "none", capture: bool = False):
+    def __init__(self, model, tokenizer, autocast: str = "none", capture: bool = False, decode_context=None):
         self.model = model
         self.tokenizer = tokenizer
         self.autocast = autocast
         self.capture = capture
+        self.decode_context = decode_context or no_decode_context
 
-    def sync_weights(self, model) -> None:
-        self.model = model
+    def shares_weights(self) -> bool:
+        return True
+
+    def load_weights(self, named_weights) -> None:
+        """Nothing to load: the engine samples from the actor's own model."""
+
+    def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
+                 seed: int | None = None, chunk_size: int | None = None, on_step: StepHook | None = None) -> Rollout:
+        one = lambda ids, texts: self._generate(ids, texts, params, on_step)  # noqa: E731
+        return generate_chunks(one, prompt_ids, prompts, seed, chunk_size, self.tokenizer.pad_token_id)
 
     @torch.no_grad()
-    def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams) -> Rollout:
+    def _generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
+                  on_step: StepHook | None) -> Rollout:
         tok = self.tokenizer
-        input_ids, attention_mask = collate_left(prompt_ids, tok.pad_token_id)
+        device = next(self.model.parameters()).device
+        input_ids, attention_mask = (t.to(device) for t in collate_left(prompt_ids, tok.pad_token_id))
         was_training = self.model.training
         self.model.eval()
         kwargs = dict(
@@ -86,13 +96,14 @@ class HFGenerationEngine:
         else:
             # top_k=0 / top_p=1 switch the filters off explicitly: HF's default top_k is 50.
             kwargs.update(do_sample=True, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+        if on_step is not None:
+            kwargs["stopping_criteria"] = StoppingCriteriaList([_StepStop(on_step)])
         capture = self.capture and not params.greedy
         if capture:
             kwargs.update(output_logits=True, return_dict_in_generate=True)
         try:
-            # oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps
-            # (bf16 copies under bf16 autocast).
-            with autocast_context(self.model, self.autocast), packed_linears(self.model, len(prompt_ids)):
+            # A CPU engine's decode context packs weights once for all steps (bf16 copies under bf16 autocast).
+            with autocast_context(self.model, self.autocast), self.decode_context(self.model, len(prompt_ids)):
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         finally:
             self.model.train(was_training)
@@ -101,8 +112,17 @@ class HFGenerationEngine:
         steps = None
         if capture:
             steps = [step_logprobs(logits, responses[:, j], params.temperature) for j, logits in enumerate(out.logits)]
-        rollout = make_rollout(
+        return make_rollout(
             tok, input_ids, attention_mask, responses, prompts,
-            [lp for lp, _ in steps] if capture else None, [ent for _, ent in steps] if capture else None, self.model,
+            [lp for lp, _ in steps] if capture else None, [ent for _, ent in steps] if capture else None,
         )
-        return rollout
+
+
+class _StepStop(StoppingCriteria):
+    """An ``on_step`` hook as a ``generate`` stopping criterion (rows it reports done stop)."""
+
+    def __init__(self, on_step: StepHook):
+        self.on_step = on_step
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        return self.on_step(input_ids[:, -1]).to(device=input_ids.device, dtype=torch.bool)

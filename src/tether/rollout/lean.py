@@ -24,24 +24,32 @@ import torch
 from tether.data import collate_left
 from tether.models import last_layer
 from tether.models.forward import autocast_context, check_last_layer, position_ids
-from tether.models.linear_backend import packed_linears
-from tether.rollout.base import SamplingParams
+from tether.rollout.base import SamplingParams, StepHook, generate_chunks, no_decode_context
 from tether.rollout.hf import make_rollout
 from tether.rollout.sampling import draw, filter_logits, step_logprobs
 from tether.types import Rollout
 
 
 class LeanGenerationEngine:
-    """Samples with a plain loop over ``model(...)`` and a dynamic KV cache; shares the actor's weights."""
+    """Samples with a plain loop over ``model(...)`` and a dynamic KV cache; shares the actor's weights.
 
-    def __init__(self, model, tokenizer, autocast: str = "none", capture: bool = True):
+    ``autocast``: "none", "bf16" or "fp16" (the trunk under autocast, the LM head in fp32).
+    ``decode_context(model, rows, fp32=(modules,))``: a context entered around the decode loop,
+    e.g. the CPU engines' packing of weights for the whole rollout (:mod:`tether.engines.cpu`).
+    """
+
+    def __init__(self, model, tokenizer, autocast: str = "none", capture: bool = True, decode_context=None):
         self.model = model
         self.tokenizer = tokenizer
         self.autocast = autocast
         self.capture = capture
+        self.decode_context = decode_context or no_decode_context
 
-    def sync_weights(self, model) -> None:
-        self.model = model
+    def shares_weights(self) -> bool:
+        return True
+
+    def load_weights(self, named_weights) -> None:
+        """Nothing to load: the engine samples from the actor's own model."""
 
     def _logits_kwargs(self) -> dict:
         params = inspect.signature(self.model.forward).parameters
@@ -65,23 +73,29 @@ class LeanGenerationEngine:
         with torch.autocast(hidden.device.type, enabled=False):
             return model.get_output_embeddings()(hidden.float()).float()
 
+    def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
+                 seed: int | None = None, chunk_size: int | None = None, on_step: StepHook | None = None) -> Rollout:
+        one = lambda ids, texts: self._generate(ids, texts, params, on_step)  # noqa: E731
+        return generate_chunks(one, prompt_ids, prompts, seed, chunk_size, self.tokenizer.pad_token_id)
+
     @torch.no_grad()
-    def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams) -> Rollout:
+    def _generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
+                  on_step: StepHook | None) -> Rollout:
         from transformers import DynamicCache
 
         tok, model = self.tokenizer, self.model
-        input_ids, attention_mask = collate_left(prompt_ids, tok.pad_token_id)
+        device = next(model.parameters()).device
+        input_ids, attention_mask = (t.to(device) for t in collate_left(prompt_ids, tok.pad_token_id))
         batch = input_ids.shape[0]
         capture = self.capture and not params.greedy
         was_training = model.training
         model.eval()
         tokens, logps, entropies = [], [], []
-        unfinished = torch.ones(batch, dtype=torch.bool)
+        unfinished = torch.ones(batch, dtype=torch.bool, device=device)
         try:
-            # oneDNN linears (ppo.linear_backend) multiply by weights packed once for all steps
-            # (bf16 copies under bf16 autocast, but an fp32 one for the LM head, which runs in fp32).
+            # An fp32 LM head under autocast (so that captured log-probs match the update's).
             head = (model.get_output_embeddings(),) if self._fp32_head() else ()
-            with autocast_context(model, self.autocast), packed_linears(model, batch, fp32=head):
+            with autocast_context(model, self.autocast), self.decode_context(model, batch, fp32=head):
                 cache = DynamicCache()
                 mask = attention_mask
                 positions = position_ids(mask)
@@ -101,6 +115,8 @@ class LeanGenerationEngine:
                         entropies.append(ent)
                     tokens.append(nxt)
                     unfinished &= nxt != tok.eos_token_id
+                    if on_step is not None:
+                        unfinished &= ~on_step(nxt).to(device)
                     if step == params.max_new_tokens - 1 or not bool(unfinished.any()):
                         break
                     mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
@@ -110,6 +126,5 @@ class LeanGenerationEngine:
         finally:
             model.train(was_training)
         responses = torch.stack(tokens, dim=1)
-        rollout = make_rollout(tok, input_ids, attention_mask, responses, prompts,
-                               logps if capture else None, entropies if capture else None, model)
-        return rollout
+        return make_rollout(tok, input_ids, attention_mask, responses, prompts,
+                            logps if capture else None, entropies if capture else None)

@@ -1,9 +1,9 @@
 """The models behind the server and the work the batcher's thread runs: sample and score.
 
-Generation is Hugging Face ``generate`` on a left-padded batch. One stopping criterion follows
-every row as tokens arrive: it decodes the row's text, cuts it at a stop sequence, enforces
+Generation is the generation engine training uses (``--engine``, lean by default) on a
+left-padded batch. A per-step hook follows every row as tokens arrive: it decodes the row's text, cuts it at a stop sequence, enforces
 the row's own ``max_tokens`` (rows of one batch may differ), hands streamed text to the
-request, and tells ``generate`` which rows are finished, so a row that hits a stop sequence
+request, and tells the engine which rows are finished, so a row that hits a stop sequence
 stops costing compute. A request with a ``seed`` runs alone under a forked RNG seeded with
 it, so the same request with the same seed gives the same answer whatever else is running.
 
@@ -18,11 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
 
 from tether.data import collate_left, collate_right
+from tether.rollout import SamplingParams
 from tether.models import context_length, load_causal_lm, load_scalar_model, load_tokenizer
-from tether.roles.reward import ModelReward
 from tether.serve.batcher import Job
 from tether.serve.textstream import TextAssembler
 from tether.types import Rollout
@@ -127,35 +126,42 @@ class _Row:
             self.job.on_delta(delta)
 
 
-class _FollowRows(StoppingCriteria):
-    """Feeds each new token to its row; rows that are done stop generating."""
+class _FollowRows:
+    """The generation engine's per-step hook: feeds each new token to its row; rows that are
+    done (EOS, a stop sequence, their own max_tokens, a cancelled request) stop generating."""
 
     def __init__(self, rows: list[_Row]):
         self.rows = rows
 
-    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
-        for row, token in zip(self.rows, input_ids[:, -1].tolist()):
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        for row, token in zip(self.rows, tokens.tolist()):
             if not row.done:
                 row.push(token)
-        return torch.tensor([row.done for row in self.rows], dtype=torch.bool, device=input_ids.device)
+        return torch.tensor([row.done for row in self.rows], dtype=torch.bool)
 
 
 class ModelService:
     """The policy (and optional reward model) with their tokenizers; runs batches of jobs."""
 
-    def __init__(self, model, tokenizer, reward_model=None, reward_tokenizer=None, max_batch_size: int = 32):
-        self.model = model.eval().requires_grad_(False)
+    def __init__(self, model, tokenizer, reward_model=None, reward_tokenizer=None, max_batch_size: int = 32,
+                 engine: str = "lean", settings=None):
+        from tether.eval.policies import measured_policy, measured_reward
+
         self.tokenizer = tokenizer
         self.context = context_length(model)
         self.eos = eos_ids(model, tokenizer)
         self.max_batch_size = max_batch_size
-        self.reward = ModelReward(reward_model) if reward_model is not None else None
+        # Sampling goes through the generation engine training uses (rollout.engine).
+        self.sampler = measured_policy(model, tokenizer, 1.0, engine, settings).sampler
+        self.model = model
+        self.reward = measured_reward(reward_model, settings) if reward_model is not None else None
         self.reward_tokenizer = reward_tokenizer if reward_model is not None else None
         self.reward_context = context_length(reward_model) if reward_model is not None else None
 
     @classmethod
     def load(cls, model: str, reward_model: str | None = None, dtype: str = "float32",
-             trust_remote_code: bool = False, max_batch_size: int = 32) -> "ModelService":
+             trust_remote_code: bool = False, max_batch_size: int = 32, engine: str = "lean",
+             settings=None) -> "ModelService":
         """Load a policy checkpoint (any HF causal LM) and optionally a scalar-head reward model."""
         tokenizer = load_tokenizer(model, key="--model")
         policy = load_causal_lm(model, tokenizer, dtype, trust_remote_code=trust_remote_code, key="--model")
@@ -164,7 +170,7 @@ class ModelService:
             rm_tok = load_tokenizer(reward_model, key="--reward-model")
             rm = load_scalar_model(reward_model, rm_tok, dtype, trust_remote_code=trust_remote_code,
                                    key="--reward-model")
-        return cls(policy, tokenizer, rm, rm_tok, max_batch_size)
+        return cls(policy, tokenizer, rm, rm_tok, max_batch_size, engine, settings)
 
     @property
     def has_reward(self) -> bool:
@@ -214,16 +220,10 @@ class ModelService:
                 r.done = True
         if not live:
             return
-        tok = self.tokenizer
-        input_ids, attention_mask = collate_left([r.prompt_ids for r in live], tok.pad_token_id)
-        kwargs = dict(max_new_tokens=max(r.max_tokens for r in live), pad_token_id=tok.pad_token_id,
-                      eos_token_id=self.eos, stopping_criteria=StoppingCriteriaList([_FollowRows(live)]))
-        if temperature == 0:
-            kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
-        else:
-            # top_k=0 switches HF's default top-k of 50 off: OpenAI sampling has no top-k.
-            kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=top_p)
-        self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        # OpenAI sampling has no top-k; temperature 0 is greedy decoding.
+        params = SamplingParams(max_new_tokens=max(r.max_tokens for r in live), temperature=temperature or 1.0,
+                                top_k=0, top_p=top_p, greedy=temperature == 0)
+        self.sampler.generate([r.prompt_ids for r in live], [""] * len(live), params, on_step=_FollowRows(live))
         for r in live:
             r.close()
 

@@ -34,7 +34,7 @@ def test_bench_prints_valid_json(capsys):
     assert report["matmul_peak_gflops"] > 0
     assert report["ratio_deviation_max"] < 1e-3
     assert report["page_faults_per_iteration"] >= 0
-    assert set(report["config"]) >= {"linear_backend", "linear_backend_resolved", "retain_memory", "balance_roles"}
+    assert set(report["config"]) >= {"linear_backend", "linear_backend_resolved", "retain_memory", "precision"}
     assert report["config"]["linear_backend_resolved"] in ("onednn", "aten")
     # The CPU is named: results compare only within one machine type.
     assert set(report["cpu"]) >= {"model", "vendor", "family_model_stepping", "flags", "logical_cpus", "capability"}

@@ -11,7 +11,7 @@ import threading
 import torch
 
 from tether.bench.profile import OpClock, matmul_flops, summarize_ops
-from tether.models.linear_backend import onednn_available
+from tether.engines.cpu.onednn import onednn_available
 
 
 def test_summarize_ops_splits_matmul_from_the_rest():
@@ -78,7 +78,7 @@ def test_bench_profile_reports_matmul_time(capsys):
     prof = json.loads(capsys.readouterr().out)["profile"]
     assert 0 < prof["matmul_s"] < prof["update_s"]
     assert prof["matmul_gflops"] > 0 and 0 < prof["matmul_fraction_of_peak"]
-    # Size micro's products are below ppo.linear_backend=onednn's threshold: all in aten.
+    # Size micro's products are below cpu.linear_backend=onednn's threshold: all in aten.
     assert "aten::mm" in prof["top_ops_s"] or "aten::addmm" in prof["top_ops_s"]
     assert prof["executed_matmul_gflop"] > 0
 
@@ -88,12 +88,12 @@ def test_bench_profile_counts_onednn_products(capsys, monkeypatch):
     import json
 
     from tether.cli import main
-    from tether.models import linear_backend
+    from tether.engines.cpu import onednn
 
-    monkeypatch.setattr(linear_backend, "MIN_MACS", 0)  # micro's products are below the threshold
+    monkeypatch.setattr(onednn, "MIN_MACS", 0)  # micro's products are below the threshold
     assert main(["bench", "--size", "micro", "--iterations", "2", "--threads", "1", "--batch", "4",
                  "--response-length", "4", "--epochs", "1", "--profile", "--no-peak",
-                 "ppo.linear_backend=onednn"]) == 0
+                 "cpu.linear_backend=onednn"]) == 0
     prof = json.loads(capsys.readouterr().out)["profile"]
     assert prof["top_ops_s"].get("mkldnn::_linear_pointwise", 0) > 0
     # Forward and input-gradient products in oneDNN, weight gradients in aten: both counted.
@@ -107,7 +107,7 @@ def test_bench_profile_counts_aten_matmuls_with_the_aten_backend(capsys):
 
     assert main(["bench", "--size", "micro", "--iterations", "2", "--threads", "1", "--batch", "4",
                  "--response-length", "4", "--epochs", "1", "--profile", "--no-peak",
-                 "ppo.linear_backend=aten"]) == 0
+                 "cpu.linear_backend=aten"]) == 0
     report = json.loads(capsys.readouterr().out)
     prof = report["profile"]
     assert report["config"]["linear_backend"] == "aten"

@@ -345,11 +345,11 @@ def test_ratio_tolerance_is_raised_to_bf16_rounding_level_only_under_autocast():
     from tether.config import PPOConfig, load_config
 
     fp32 = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.001"])
-    bf16 = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.001", "ppo.autocast=bf16"])
-    loose = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.3", "ppo.autocast=bf16"])
-    assert fp32.ppo.effective_ratio_tolerance == 0.001
-    assert bf16.ppo.effective_ratio_tolerance == 0.1
-    assert loose.ppo.effective_ratio_tolerance == 0.3
+    bf16 = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.001", "run.precision=bf16"])
+    loose = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.3", "run.precision=bf16"])
+    assert fp32.ratio_tolerance == 0.001
+    assert bf16.ratio_tolerance == 0.1
+    assert loose.ratio_tolerance == 0.3
 
 
 def test_rebase_paths_makes_existing_relative_inputs_absolute(tmp_path):
@@ -369,3 +369,32 @@ def test_rebase_paths_makes_existing_relative_inputs_absolute(tmp_path):
     assert out["run"]["out"] == "runs/x"  # not an input path
     assert out["eval"]["prompts"] == data["eval"]["prompts"]  # already absolute
     assert data["prompts"] == "task/prompts.jsonl"  # the input dict is not changed
+
+
+def test_moved_keys_keep_working_with_a_notice(caplog):
+    """Keys that moved in issue 20 (CPU speedups into cpu:, bf16 into run.precision) still work."""
+    base = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]
+    with caplog.at_level("WARNING", logger="tether.config"):
+        cfg = load_config(PPOConfig, None, [*base, "ppo.autocast=bf16", "ppo.linear_backend=aten",
+                                            "ppo.parallel_roles=false", "run.retain_memory=false",
+                                            "ppo.balance_roles=false"])
+    assert cfg.run.precision == "bf16" and cfg.cpu.linear_backend == "aten"
+    assert cfg.cpu.parallel_roles is False and cfg.cpu.retain_memory is False
+    assert "'ppo.autocast' is now 'run.precision'" in caplog.text
+    assert "'ppo.balance_roles' was removed" in caplog.text
+    assert load_config(PPOConfig, None, [*base, "ppo.autocast=none"]).run.precision == "fp32"
+    with pytest.raises(ConfigError, match="'ppo.autocast' \\(now 'run.precision'\\) = 'fp16'"):
+        load_config(PPOConfig, None, [*base, "ppo.autocast=fp16"])
+    with pytest.raises(ConfigError, match="moved to 'cpu.linear_backend', and both are given"):
+        load_config(PPOConfig, None, [*base, "ppo.linear_backend=aten", "cpu.linear_backend=onednn"])
+    sft = load_config(SFTConfig, None, ["model.name_or_path=m", "data.train=t.jsonl", "run.retain_memory=false"])
+    assert sft.cpu.retain_memory is False
+
+
+def test_device_and_precision_are_validated():
+    base = ["model.name_or_path=m", "data.train=t.jsonl"]
+    assert load_config(SFTConfig, None, [*base, "run.device=cuda:1", "run.precision=fp16"]).run.device == "cuda:1"
+    with pytest.raises(ConfigError, match="run.device"):
+        load_config(SFTConfig, None, [*base, "run.device=gpu0"])
+    with pytest.raises(ConfigError, match="run.precision"):
+        load_config(SFTConfig, None, [*base, "run.precision=int8"])

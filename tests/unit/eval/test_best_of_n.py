@@ -56,11 +56,12 @@ def tiny():
 
 
 def test_best_of_n_on_a_tiny_model(tiny) -> None:
-    from tether.rollout import SamplingParams
+    from tether.rollout import HFGenerationEngine, SamplingParams
 
     model, tok, ids, prompts, reward, judge = tiny
+    engine = HFGenerationEngine(model, tok)
     params = SamplingParams(max_new_tokens=8)
-    rows = best_of_n(model, tok, ids, prompts, reward, judge, ns=(1, 2, 4, 8), params=params, seed=3)
+    rows = best_of_n(engine, ids, prompts, reward, judge, ns=(1, 2, 4, 8), params=params, seed=3)
     assert [r["n"] for r in rows] == [1, 2, 4, 8]
     assert set(rows[0]) == {"n", "kl_analytic", "proxy_score", "gold_score"}
     proxies = [r["proxy_score"] for r in rows]
@@ -68,7 +69,7 @@ def test_best_of_n_on_a_tiny_model(tiny) -> None:
     assert all(b >= a for a, b in zip(proxies, proxies[1:]))
     assert proxies[-1] > proxies[0]  # random-init responses differ, so selection helps
     assert [r["kl_analytic"] for r in rows] == [best_of_n_kl(n) for n in (1, 2, 4, 8)]
-    again = best_of_n(model, tok, ids, prompts, reward, judge, ns=(8, 4, 2, 1), params=params, seed=3)
+    again = best_of_n(engine, ids, prompts, reward, judge, ns=(8, 4, 2, 1), params=params, seed=3)
     assert again == rows  # deterministic for a seed, ns order irrelevant
-    other = best_of_n(model, tok, ids, prompts, reward, None, ns=(1, 8), params=params, seed=4)
+    other = best_of_n(engine, ids, prompts, reward, None, ns=(1, 8), params=params, seed=4)
     assert other[0]["gold_score"] is None

@@ -9,14 +9,9 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
+from tether.engines.cpu.attention import use_fp32_attention
 from tether.models import last_layer
-from tether.models.forward import (
-    hidden_states,
-    last_token_scores,
-    response_logprobs,
-    response_values,
-    use_fp32_attention,
-)
+from tether.models.forward import hidden_states, last_token_scores, response_logprobs, response_values
 
 
 def llama_config(attn="sdpa", kv_heads=2, layers=2):

@@ -2,7 +2,7 @@
 
 The fastest fp32 matmul library depends on the CPU: oneDNN beat MKL by 5-30 % at the PPO
 shapes on an AMD EPYC Zen 4, MKL matched or beat oneDNN on an Intel Xeon with AMX
-(docs/performance.md, sessions 5-8). ``ppo.linear_backend=auto`` picks by :func:`cpu_vendor`.
+(docs/performance.md, sessions 5-8). ``cpu.linear_backend=auto`` picks by :func:`cpu_vendor`.
 Bench results, likewise, only compare within one machine type, so every report names the CPU
 model and the matmul features that decide which kernels run (AMX and AVX512-BF16 for bf16,
 AVX-512 for fp32), read from ``/proc/cpuinfo`` on Linux.
@@ -70,3 +70,20 @@ def describe(cpu: dict) -> str:
 def cpu_vendor() -> str | None:
     """``GenuineIntel``, ``AuthenticAMD``, ... from ``/proc/cpuinfo``; None where it cannot be read."""
     return cpu_description()["vendor"]
+
+
+def bf16_native() -> bool:
+    """bf16 matmuls run natively here (AVX512-BF16 or AMX), checked with a tiny bf16 matmul too.
+
+    Without native support CPU autocast still works but emulates bf16 and runs slower than fp32.
+    """
+    if not torch.backends.mkldnn.is_available():
+        return False
+    native = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        if native is not None and not native():
+            return False
+        a = torch.ones(4, 4, dtype=torch.bfloat16)
+        return bool((a @ a).eq(4).all())
+    except RuntimeError:
+        return False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether.placement.cpu import cpu_description, describe, parse_cpuinfo
+from tether.engines.cpu.describe import cpu_description, describe, parse_cpuinfo
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel

@@ -60,12 +60,12 @@ def retain_freed_memory() -> bool:
         return True
     user = [name for name in USER_SETTINGS if name in os.environ]
     if user:
-        log.debug("run.retain_memory: %s set in the environment; malloc left as configured.", ", ".join(user))
+        log.debug("cpu.retain_memory: %s set in the environment; malloc left as configured.", ", ".join(user))
         return False
     mallopt = glibc_mallopt()
     if mallopt is None:
         return False
     _applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     if not _applied:
-        log.warning("run.retain_memory: glibc's mallopt refused the thresholds; malloc left as it was.")
+        log.warning("cpu.retain_memory: glibc's mallopt refused the thresholds; malloc left as it was.")
     return _applied

@@ -1,4 +1,4 @@
-"""run.retain_memory: glibc's malloc keeps big blocks on its heap and freed memory mapped."""
+"""cpu.retain_memory: glibc's malloc keeps big blocks on its heap and freed memory mapped."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from tether.placement import memory
+from tether.engines.cpu import memory
 
 ON_GLIBC = memory.glibc_mallopt() is not None
 
@@ -16,7 +16,7 @@ ON_GLIBC = memory.glibc_mallopt() is not None
 PROBE = textwrap.dedent("""
     import ctypes, sys
     import torch
-    from tether.placement.memory import retain_freed_memory
+    from tether.engines.cpu.memory import retain_freed_memory
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
@@ -97,15 +97,17 @@ def test_a_refused_threshold_is_reported_not_applied(fresh, caplog):
     assert "refused" in caplog.text
 
 
-def test_begin_run_applies_it_only_when_asked(fresh, tmp_path):
+def test_preparing_cpu_models_applies_it_only_when_asked(fresh):
+    """The engines apply cpu.retain_memory when they prepare models for the CPU (it used to be
+    begin_run's business)."""
     from tether.config import PPOConfig, load_config
-    from tether.loops.common import begin_run
+    from tether.engines import engine_settings, prepare_models
 
     calls = []
-    fresh.setattr("tether.loops.common.retain_freed_memory", lambda: calls.append(1) or True)
-    base = ["prompts=bench", "model.name_or_path=bench", "reward.models=[bench]"]
-    begin_run(load_config(PPOConfig, None, base + [f"run.out={tmp_path / 'a'}"]), "ppo", resume=False)
+    fresh.setattr(memory, "retain_freed_memory", lambda: calls.append(1) or True)
+    base = ["prompts=bench", "model.name_or_path=bench", "reward.models=[bench]", "run.device=cpu",
+            "cpu.linear_backend=aten"]
+    prepare_models([], engine_settings(load_config(PPOConfig, None, base)))
     assert calls == [1]
-    begin_run(load_config(PPOConfig, None, base + [f"run.out={tmp_path / 'b'}", "run.retain_memory=false"]),
-              "ppo", resume=False)
+    prepare_models([], engine_settings(load_config(PPOConfig, None, base + ["cpu.retain_memory=false"])))
     assert calls == [1]

@@ -8,7 +8,7 @@ threads against MKL's ~175, and at the PPO update's shapes (a few hundred rows, 
 docs/performance.md). In a decode step (M = batch rows) the gap is widest once each weight is
 packed into oneDNN's blocked layout, which a rollout can do once for all its steps because the
 weights do not change while it samples. On an Intel Xeon with AMX the order flips: MKL's fp32
-kernels are as fast or faster there, so ``ppo.linear_backend=auto`` (the default) chooses by CPU
+kernels are as fast or faster there, so ``cpu.linear_backend=auto`` (the default) chooses by CPU
 vendor and precision (:data:`AUTO_BACKEND`, :func:`resolve_backend`).
 
 oneDNN pays ~12-15 µs per call that MKL does not, and its weight-gradient product (a reduction
@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-from collections import deque
 from contextlib import contextmanager
 
 import torch
@@ -56,7 +54,7 @@ def onednn_available() -> bool:
             and hasattr(ops, "_reorder_linear_weight"))
 
 
-#: ``ppo.linear_backend=auto`` by CPU vendor and ``ppo.autocast``, from in-process A/Bs of whole
+#: ``cpu.linear_backend=auto`` by CPU vendor and ``run.precision``, from in-process A/Bs of whole
 #: PPO iterations (docs/performance.md). AMD EPYC Zen 4 (sessions 5-7): oneDNN's products 5-30 %
 #: faster. Intel Xeon with AMX (session 8), onednn vs aten seconds per iteration: fp32 tiny 0.388
 #: vs 0.362, small 2.196 vs 2.162, medium 4.16 vs 4.19 (MKL as fast or faster); bf16 small 1.342
@@ -67,7 +65,7 @@ AUTO_BACKEND = {"AuthenticAMD": {"none": "onednn", "bf16": "onednn"},
 
 
 def resolve_backend(choice: str, autocast: str = "none", vendor: str | None = None) -> str:
-    """The backend ``ppo.linear_backend=choice`` means on this machine: "onednn" or "aten".
+    """The backend ``cpu.linear_backend=choice`` means on this machine: "onednn" or "aten".
 
     "auto" looks ``vendor`` (default: this CPU's) and ``autocast`` ("none" or "bf16") up in
     :data:`AUTO_BACKEND`, "aten" for any other; "onednn" becomes "aten" when this torch build
@@ -77,12 +75,12 @@ def resolve_backend(choice: str, autocast: str = "none", vendor: str | None = No
         raise ValueError(f"linear backend must be 'auto', 'onednn' or 'aten', got {choice!r}")
     if choice == "auto":
         if vendor is None:
-            from tether.placement.cpu import cpu_vendor
+            from tether.engines.cpu.describe import cpu_vendor
 
             vendor = cpu_vendor()
         choice = AUTO_BACKEND.get(vendor or "", {}).get(autocast, "aten")
     elif choice == "onednn" and not onednn_available():
-        log.warning("ppo.linear_backend=onednn, but this torch build has no oneDNN: linear layers stay on aten.")
+        log.warning("cpu.linear_backend=onednn, but this torch build has no oneDNN: linear layers stay on aten.")
     return choice if choice == "aten" or onednn_available() else "aten"
 
 
@@ -115,158 +113,10 @@ class OneDNNLinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dx = _mm(g, weight.t()).view(*grad.shape[:-1], weight.shape[1])
         if ctx.needs_input_grad[1]:
-            dw = _weight_grad_or_share(weight, g, rows)
+            dw = g.t().mm(rows)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = g.sum(0)
         return dx, dw, db
-
-
-def _weight_grad(weight: Tensor, grad_rows: Tensor, input_rows: Tensor) -> Tensor:
-    """dW = dyᵀ · x (N, M)(M, K), in the weight's dtype (a bf16 product is cast back, as autocast's
-    cast does in its backward)."""
-    return grad_rows.t().mm(input_rows).to(weight.dtype)
-
-
-def _weight_grad_or_share(weight: Tensor, grad_rows: Tensor, input_rows: Tensor) -> Tensor | None:
-    """The weight gradient for ``backward`` to return, or None when this thread is inside
-    :meth:`WeightGradWork.deferring`: then the product is queued there, and whichever thread takes
-    it adds it to ``weight.grad``."""
-    shared = getattr(_DEFERRING, "work", None)
-    if shared is None or not weight.is_leaf:
-        return _weight_grad(weight, grad_rows, input_rows)
-    shared.put(weight, grad_rows, input_rows)
-    return None
-
-
-class BF16LinearFunction(torch.autograd.Function):
-    """What CPU bf16 autocast computes for a linear layer, as one autograd node whose weight
-    gradient can be shared between threads (:class:`WeightGradWork`).
-
-    x: (..., K) fp32 or bf16, weight: (N, K) fp32, bias: (N,) or None -> (..., N) bf16. The
-    operands are cast to bf16 and multiplied in bf16, as autocast does; backward computes
-    dx = dy · W and dW = dyᵀ · x in bf16 and casts them back to x's and the weight's dtypes, as
-    autocast's casts do in their backward.
-    """
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        w16 = weight.to(torch.bfloat16)
-        b16 = None if bias is None else bias.to(torch.bfloat16)
-        ctx.save_for_backward(rows, w16)
-        ctx.weight = weight  # the fp32 parameter a shared product accumulates into
-        ctx.x_dtype, ctx.has_bias = x.dtype, bias is not None
-        with torch.autocast("cpu", enabled=False):
-            out = F.linear(rows, w16, b16)
-        return out.view(*x.shape[:-1], weight.shape[0])
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        rows, w16 = ctx.saved_tensors
-        g = grad.reshape(-1, grad.shape[-1]).to(torch.bfloat16)
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = g.mm(w16).view(*grad.shape[:-1], w16.shape[1]).to(ctx.x_dtype)
-        if ctx.needs_input_grad[1]:
-            dw = _weight_grad_or_share(ctx.weight, g, rows)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = g.sum(0).to(ctx.weight.dtype)
-        return dx, dw, db
-
-
-class WeightGradWork:
-    """Weight-gradient products that the update's threads share (``ppo.balance_roles``).
-
-    With the actor's and the critic's passes side by side, the critic's (no LM head) ends first
-    and its thread would wait for the actor's. Inside :meth:`deferring`, the backward of
-    :class:`OneDNNLinearFunction` (fp32) and of :class:`BF16LinearFunction` (the same layers'
-    products under bf16 autocast) does not compute its weight gradient dW = dyᵀ · x
-    (N, M)(M, K): it queues it here, to be computed by whichever thread calls :meth:`finish`
-    first. Each thread calls it after its own backward, so the thread that is done early takes
-    over the other's products; the results go into the weights' ``.grad`` once both backwards
-    have ended.
-
-    The products are the same ones ``backward`` would compute, with the same kernel; each weight
-    gets exactly one product per backward, so which thread computes it changes nothing.
-    :meth:`finish` returns once every producer has ended and every queued product is done. A
-    weight may be queued once per round: one backward per model (no gradient accumulation over
-    micro-batches, which would sum two products into one ``.grad`` from two threads).
-    """
-
-    def __init__(self, producers: int):
-        self._cond = threading.Condition()
-        self._queue: deque = deque()
-        self._producers = producers
-        self._running = 0
-        self._results: list[tuple[Tensor, Tensor]] = []
-        self.done_here: dict[int, int] = {}  # thread ident -> products computed (for tests and profiles)
-
-    def put(self, weight: Tensor, grad_rows: Tensor, input_rows: Tensor) -> None:
-        with self._cond:
-            self._queue.append((weight, grad_rows, input_rows))
-            self._cond.notify()
-
-    @contextmanager
-    def deferring(self):
-        """Within the block, this thread's :class:`OneDNNLinearFunction` and
-        :class:`BF16LinearFunction` backwards queue their weight gradients here (and
-        :class:`OneDNNLinear` runs its bf16 autocast products as :class:`BF16LinearFunction`);
-        leaving it counts this thread's producer as ended."""
-        _DEFERRING.work = self
-        try:
-            yield self
-        finally:
-            _DEFERRING.work = None
-            with self._cond:
-                self._producers -= 1
-                self._cond.notify_all()
-
-    def finish(self) -> None:
-        """Compute queued products until none is left and no producer is running, wait for the
-        products other threads are still computing, then make sure every result is in its
-        weight's ``.grad``.
-
-        Results are added to ``.grad`` only once every backward has ended, by the first thread
-        to get there and under the lock (the other waits for it): a weight that autograd also
-        accumulates into (an LM head tied to the embedding) is never written by two threads at
-        once, and no thread reads its model's gradients before they are all there.
-        """
-        me = threading.get_ident()
-        while True:
-            with self._cond:
-                while not self._queue and self._producers > 0:
-                    self._cond.wait()
-                if not self._queue:
-                    while self._running:
-                        self._cond.wait()
-                    self._apply()
-                    return
-                weight, g, rows = self._queue.popleft()
-                self._running += 1
-            dw = None
-            try:
-                with torch.no_grad():
-                    dw = _weight_grad(weight, g, rows)
-            finally:
-                with self._cond:
-                    if dw is not None:
-                        self._results.append((weight, dw))
-                        self.done_here[me] = self.done_here.get(me, 0) + 1
-                    self._running -= 1
-                    self._cond.notify_all()
-
-    def _apply(self) -> None:
-        """Add every computed product to its weight's ``.grad`` (called with the lock held)."""
-        with torch.no_grad():
-            for weight, dw in self._results:
-                if weight.grad is None:
-                    weight.grad = dw
-                else:
-                    weight.grad.add_(dw)
-        self._results.clear()
-
-
-_DEFERRING = threading.local()
 
 
 def _eligible(x: Tensor, weight: Tensor, min_macs: int) -> bool:
@@ -303,11 +153,6 @@ class OneDNNLinear(nn.Linear):
                 # cast and packed once for the whole block instead of reordered on every call.
                 bias = None if self.bias is None else self.bias.to(torch.bfloat16)
                 return self._packed_product(x.to(torch.bfloat16), packed, bias)
-        if (torch.is_grad_enabled() and getattr(_DEFERRING, "work", None) is not None
-                and self.weight.dtype == torch.float32 and _bf16_autocast_product(x)
-                and x.numel() * self.out_features >= MIN_MACS):
-            # Autocast's bf16 product as one node, so that its weight gradient can be shared.
-            return BF16LinearFunction.apply(x, self.weight, self.bias)
         return onednn_linear(x, self.weight, self.bias)
 
     def _packed_product(self, x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:

@@ -1,6 +1,5 @@
 """fp32 linears through oneDNN: same products as ``F.linear`` (up to summation order), reversible."""
 
-import contextlib
 import copy
 import threading
 
@@ -9,10 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from tether.bench.profile import OpClock
-from tether.models import linear_backend
-from tether.models.linear_backend import (
+from tether.engines.cpu import onednn
+from tether.engines.cpu.onednn import (
     OneDNNLinear,
-    WeightGradWork,
     linear_flops,
     onednn_available,
     onednn_linear,
@@ -27,7 +25,7 @@ pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build
 @pytest.fixture(autouse=True)
 def every_product_in_onednn(monkeypatch):
     """The test shapes are far below the size threshold: send every product to oneDNN."""
-    monkeypatch.setattr(linear_backend, "MIN_MACS", 0)
+    monkeypatch.setattr(onednn, "MIN_MACS", 0)
 
 
 def _close(a, b, tol=1e-5):
@@ -70,11 +68,11 @@ def test_forward_and_input_gradient_in_onednn_weight_gradient_in_aten():
 
 
 def test_small_products_stay_in_aten(monkeypatch):
-    monkeypatch.setattr(linear_backend, "MIN_MACS", 5 * 8 * 6 + 1)
+    monkeypatch.setattr(onednn, "MIN_MACS", 5 * 8 * 6 + 1)
     totals, flops = _products(torch.randn(5, 8, requires_grad=True), torch.randn(6, 8, requires_grad=True))
     assert "mkldnn::_linear_pointwise" not in totals
     assert sum(flops.values()) == 3 * 2 * 5 * 8 * 6
-    monkeypatch.setattr(linear_backend, "MIN_MACS", 5 * 8 * 6)
+    monkeypatch.setattr(onednn, "MIN_MACS", 5 * 8 * 6)
     assert "mkldnn::_linear_pointwise" in _products(torch.randn(5, 8), torch.randn(6, 8, requires_grad=True))[0]
 
 
@@ -166,7 +164,7 @@ def test_packed_weights_give_the_same_products_and_are_dropped_after():
 def test_only_layers_above_the_threshold_are_packed(monkeypatch):
     model = _llama()  # hidden 32, ffn 64, vocab 64: every layer's weight has 1024-2048 entries
     use_onednn_linears(model)
-    monkeypatch.setattr(linear_backend, "MIN_MACS", 4 * 2048)
+    monkeypatch.setattr(onednn, "MIN_MACS", 4 * 2048)
     with packed_linears(model, rows=4) as n:
         packed = {name for name, m in model.named_modules() if getattr(m, "_packed", None) is not None}
     # The MLP's and the LM head's 2048-entry weights reach 4 x 2048; attention's 32 x 32 do not.
@@ -242,12 +240,6 @@ def test_linear_flops_by_hand():
     assert linear_flops((4, 8), (5,)) == 0
 
 
-def _two_layer_grads(model, x):
-    model.zero_grad(set_to_none=True)
-    model(x).square().sum().backward()
-    return {n: p.grad.clone() for n, p in model.named_parameters()}
-
-
 def _mlp():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 8, bias=False))
@@ -255,120 +247,7 @@ def _mlp():
     return model
 
 
-def test_deferred_weight_gradients_are_computed_by_the_thread_that_finishes():
-    model, x = _mlp(), torch.randn(5, 16)
-    want = _two_layer_grads(model, x)
-    model.zero_grad(set_to_none=True)
-    work = WeightGradWork(producers=2)
-    def other_role():  # a thread with no products of its own: it ends its pass, then finishes
-        with work.deferring():
-            pass
-        work.finish()
-
-    helper = threading.Thread(target=other_role)
-    helper.start()
-    with work.deferring():
-        model(x).square().sum().backward()
-        # Inside the block the weight gradients are queued, not computed (the biases are not products).
-        assert model[0].weight.grad is None and model[2].weight.grad is None
-        assert model[0].bias.grad is not None
-    helper.join(timeout=30)
-    assert not helper.is_alive()
-    work.finish()  # nothing left: returns at once
-    assert work.done_here == {helper.ident: 2}
-    for name, p in model.named_parameters():
-        assert torch.equal(p.grad, want[name]), name  # the same product, the same kernel
-
-
-def test_deferred_gradients_add_to_existing_ones():
-    model, x = _mlp(), torch.randn(5, 16)
-    want = _two_layer_grads(model, x)
-    model(x).square().sum().backward()  # a second, ordinary backward on top of the first
-    twice = {n: p.grad.clone() for n, p in model.named_parameters()}
-    assert torch.allclose(twice["0.weight"], 2 * want["0.weight"])
-    model.zero_grad(set_to_none=True)
-    model(x).square().sum().backward()
-    work = WeightGradWork(producers=1)
-    with work.deferring():
-        model(x).square().sum().backward()
-    work.finish()
-    for name, p in model.named_parameters():
-        assert torch.equal(p.grad, twice[name]), name
-
-
-def test_a_failed_pass_still_ends_its_producer():
-    work = WeightGradWork(producers=2)
-    with pytest.raises(RuntimeError, match="boom"):
-        with work.deferring():
-            raise RuntimeError("boom")
-    with work.deferring():
-        pass
-    finished = threading.Event()
-    threading.Thread(target=lambda: (work.finish(), finished.set())).start()
-    assert finished.wait(timeout=30), "finish() waited for a producer that had failed"
-
-
-def test_outside_deferring_backward_computes_weight_gradients_itself():
+def test_backward_computes_weight_gradients_itself():
     model, x = _mlp(), torch.randn(5, 16)
     model(x).square().sum().backward()
     assert model[0].weight.grad is not None and model[2].weight.grad is not None
-
-
-def test_bf16_autocast_products_are_shared_as_autocast_computes_them():
-    model = _llama()
-    use_onednn_linears(model)
-    ids = torch.randint(0, 64, (2, 7))
-
-    def grads_and_logits(work=None):
-        model.zero_grad(set_to_none=True)
-        block = work.deferring() if work is not None else contextlib.nullcontext()
-        with block, torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = model(input_ids=ids).logits
-            logits.float().square().mean().backward()
-        if work is not None:
-            work.finish()
-        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
-
-    want_logits, want = grads_and_logits()
-    work = WeightGradWork(producers=1)
-    got_logits, got = grads_and_logits(work)
-    assert sum(work.done_here.values()) == sum(type(m) is OneDNNLinear for m in model.modules())
-    assert got_logits.dtype == want_logits.dtype == torch.bfloat16
-    assert torch.equal(got_logits, want_logits)
-    for name, g in want.items():
-        assert g.dtype == got[name].dtype == torch.float32
-        assert torch.equal(got[name], g), name  # the same bf16 products and casts as autocast's
-
-
-def test_a_tied_weight_gets_both_gradients_once_every_backward_has_ended():
-    torch.manual_seed(0)
-    emb = torch.nn.Embedding(64, 32)
-    head = torch.nn.Linear(32, 64, bias=False)
-    head.weight = emb.weight  # an LM head tied to the embedding: autograd also writes this .grad
-    use_onednn_linears(head)
-    ids = torch.randint(0, 64, (3, 5))
-
-    def loss():
-        return head(emb(ids)).square().mean()
-
-    loss().backward()
-    want = emb.weight.grad.clone()
-    emb.weight.grad = None
-    work = WeightGradWork(producers=2)
-    helper_done = threading.Event()
-
-    def other_role():  # takes the head's product while the main thread is still in its backward
-        with work.deferring():
-            pass
-        work.finish()
-        helper_done.set()
-
-    helper = threading.Thread(target=other_role)
-    helper.start()
-    with work.deferring():
-        loss().backward()
-        assert not helper_done.is_set()  # it cannot finish before this backward has ended
-    helper.join(timeout=30)
-    work.finish()
-    assert sum(work.done_here.values()) == 1
-    assert torch.equal(emb.weight.grad, want)

@@ -1,0 +1,214 @@
+"""RL from a reward with four roles: actor, reference, reward source and (for PPO) critic.
+
+One iteration (Ziegler et al. 2019; Ouyang et al. 2022; Stiennon et al. 2020): sample →
+log-probs under actor and reference → values → score → the algorithm's advantages →
+``ppo.epochs`` passes of shuffled minibatches through the roles' updates → KL-controller update.
+
+The loop owns control only. Every piece of compute is a role call through a placement
+(:mod:`tether.placement`): the loop holds role proxies, never a model, and never imports Ray or
+the CPU speedups; what makes the algorithm PPO (or another one) is :mod:`tether.algorithms`.
+See docs/architecture.md for an iteration traced file by file.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import torch
+
+from tether.algos import kl_k1, kl_k3, masked_mean, repetition_rate
+from tether.errors import TrainingError
+from tether.loops.common import Timer
+from tether.loops.rl_setup import (
+    PromptSet,
+    ScoreNormalizer,
+    iteration_seed,
+    kl_controller,
+    prompt_indices,
+    sampling_params,
+    shape_scores,
+)
+from tether.placement import role
+from tether.types import Experience, Rollout
+
+CHECK = "check/"  # stats the roles report for the loop's invariant checks, not logged
+
+
+class RLTrainer:
+    """Holds the role proxies, the KL controller and the score normaliser; :meth:`step` is one iteration."""
+
+    def __init__(self, cfg, placement, prompts: PromptSet, algorithm):
+        self.cfg, self.placement, self.prompts, self.algo = cfg, placement, prompts, algorithm
+        self.actor, self.reference, self.reward, self.rollout = (
+            role(placement, name) for name in ("actor", "reference", "reward", "rollout"))
+        self.critic = role(placement, "critic") if algorithm.needs_critic else None
+        # A shared-trunk critic trains inside the actor's update: nothing to run beside it.
+        self.critic_trains = self.critic is not None and self.critic.trains_alone()
+        self.sampling = sampling_params(cfg)
+        self.kl_ctl = kl_controller(cfg)
+        self.normalize = ScoreNormalizer(cfg.reward.normalize)
+        self.iteration = 0
+        self.last_ratio_deviation = float("nan")
+        self.last_experience: Experience | None = None
+
+    # -- one iteration -------------------------------------------------------------------
+    def step(self) -> dict:
+        # Every random draw of iteration i derives from (seed, i): resuming needs no RNG replay.
+        torch.manual_seed(iteration_seed(self.cfg.run.seed, self.iteration))
+        timer, t0 = Timer(), time.perf_counter()
+        with timer("rollout"):
+            rollout = self.rollout.generate(*self.next_prompts(), self.sampling)
+        experience, stats = self.make_experience(rollout, timer)
+        with timer("update"):
+            stats.update(self.update(experience))
+        self.sync_weights(timer)
+        self.kl_ctl.update(stats["objective/kl"], self.cfg.rollout.batch_size)
+        self.iteration += 1
+        self.last_experience = experience
+        stats.update(timer.times)
+        stats["timing/iteration"] = time.perf_counter() - t0
+        stats["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(timer.times["timing/rollout"], 1e-9)
+        return stats
+
+    def next_prompts(self) -> tuple[list[list[int]], list[str]]:
+        """This iteration's slice of an endless sequence of shuffled passes over the prompts."""
+        idx = prompt_indices(len(self.prompts.ids), self.cfg.rollout.batch_size, self.iteration, self.cfg.run.seed)
+        return [self.prompts.ids[i] for i in idx], [self.prompts.texts[i] for i in idx]
+
+    @torch.no_grad()
+    def make_experience(self, rollout: Rollout, timer: Timer) -> tuple[Experience, dict]:
+        with timer("logprobs"):
+            logp, entropy = self.actor.logprobs(rollout, with_entropy=True)
+        with timer("ref_logprobs"):
+            ref_logp, _ = self.reference.logprobs(rollout)
+        with timer("values"):
+            values = self.critic.values(rollout) if self.critic is not None else None
+        with timer("reward"):
+            raw = self.reward.score(rollout).float().to(logp.device)
+        with timer("advantages"):
+            score = shape_scores(raw, rollout.ended, self.normalize, self.cfg)
+            exp, algo_stats = self.algo.experience(rollout, logp, ref_logp, values, score, self.kl_ctl.value)
+        mask = exp.rollout.response_mask.to(logp.device)
+        k3 = kl_k3(logp, ref_logp)
+        self.check_invariant(
+            float(torch.where(mask.bool(), k3, torch.zeros_like(k3)).min()) >= -1e-5,
+            "k3 KL estimate is negative: log-probs are not finite or not log-probabilities.",
+        )
+        stats = {
+            "objective/score": float(score.mean()),
+            "objective/score_raw": float(raw.mean()),
+            "objective/kl": float((kl_k1(logp, ref_logp) * mask).sum(1).mean()),
+            "objective/kl_k3": float((k3 * mask).sum(1).mean()),
+            "objective/kl_coef": self.kl_ctl.value,
+            "objective/entropy": float(masked_mean(entropy, mask)),
+            "response/length_mean": float(mask.sum(1).float().mean()),
+            "response/eos_rate": float(rollout.ended.float().mean()),
+            "response/repetition": sum(repetition_rate(r.split(), 2) for r in rollout.responses) / len(rollout.responses),
+            **algo_stats,
+        }
+        return exp, stats
+
+    def update(self, exp: Experience) -> dict:
+        """``ppo.epochs`` passes of shuffled minibatches; each epoch's actor and critic updates are
+        submitted together (the placement decides whether they overlap)."""
+        p, cfg = self.cfg.ppo, self.cfg
+        actor_on = self.iteration >= p.critic_warmup_iters
+        generator = torch.Generator().manual_seed(iteration_seed(cfg.run.seed, self.iteration) + 1)
+        where = f"iteration {self.iteration + 1}"
+        actor_loss, critic_loss = self.algo.actor_loss(self.kl_ctl.value), self.algo.critic_loss()
+        steps: list[dict] = []
+        early_stop = False
+        for epoch in range(p.epochs):
+            order = torch.randperm(len(exp), generator=generator)
+            minibatches = [mb.split(p.minibatch_size // p.grad_accum_steps) for mb in order.split(p.minibatch_size)]
+            calls = [self.critic.submit.update(exp, minibatches, critic_loss, where)] if self.critic_trains else []
+            if actor_on:
+                calls.append(self.actor.submit.update(exp, minibatches, actor_loss, where))
+            epoch_steps = merge_role_steps(self.placement.wait(calls), len(minibatches), actor_on)
+            if epoch == 0 and actor_on:
+                self.check_ratio(epoch_steps[0]["check/ratio_deviation"])
+            steps += epoch_steps
+            if p.target_approx_kl is not None and mean_of(steps, "ppo/policy/approxkl") > p.target_approx_kl:
+                early_stop = True  # Stop the epochs early: the policy left the trust region.
+                break
+        out = average_steps(steps)
+        out.update({"ppo/early_stop": float(early_stop), "ppo/minibatches": len(steps),
+                    "optim/lr": self.actor.last_lr(), "ppo/actor_trained": float(actor_on)})
+        return out
+
+    def sync_weights(self, timer: Timer) -> None:
+        """Load the actor's new weights into a generation engine that holds its own copy."""
+        if not self.rollout.shares_weights():
+            with timer("weight_sync"):
+                self.rollout.load_weights(self.actor.named_weights())
+
+    def update_streams(self) -> int:
+        """Role updates that run side by side: 2 with a separate critic on a parallel placement."""
+        return 2 if self.critic_trains and getattr(self.placement, "parallel", lambda: False)() else 1
+
+    # -- resume ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        state = {"iteration": self.iteration, "actor": self.actor.state_dict(), "kl_ctl": self.kl_ctl.state_dict(),
+                 "normalize": self.normalize.state_dict()}
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.iteration = state["iteration"]
+        self.actor.load_state_dict(state["actor"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.normalize.load_state_dict(state["normalize"])
+
+    # -- invariants -------------------------------------------------------------------------
+    def check_ratio(self, deviation: float) -> None:
+        """Before any update the new and rollout policies are the same model: ratio must be 1."""
+        self.last_ratio_deviation = deviation
+        tolerance = self.cfg.ratio_tolerance
+        self.check_invariant(
+            deviation <= tolerance,
+            f"policy ratio on the first minibatch deviates from 1 by {deviation:.2e} "
+            f"(tolerance {tolerance:g}): dropout is on, or the log-probs "
+            "use a different temperature or positions than sampling.",
+        )
+
+    def check_invariant(self, ok: bool, message: str) -> None:
+        if ok:
+            return
+        text = f"Invariant broken at iteration {self.iteration + 1}: {message}"
+        if self.cfg.ppo.on_invariant == "error":
+            raise TrainingError(text)
+        warnings.warn(text, stacklevel=2)
+
+
+SUMMED = ("timing/", "optim/skipped_steps")  # added up over the roles (and, for timing, minibatches)
+ACTOR_OFF = {"ppo/policy/loss": 0.0, "ppo/policy/clipfrac": 0.0, "ppo/policy/approxkl": 0.0, "ppo/policy/ratio_mean": 1.0}
+
+
+def merge_role_steps(per_role: list[list[dict]], n: int, actor_on: bool) -> list[dict]:
+    """One stats dict per minibatch from each role's list of per-step stats."""
+    merged = []
+    for i in range(n):
+        step: dict[str, float] = {} if actor_on else dict(ACTOR_OFF)
+        for steps in per_role:
+            for key, value in (steps[i].items() if i < len(steps) else ()):
+                step[key] = step.get(key, 0.0) + value if key.startswith(SUMMED) else value
+        merged.append(step)
+    return merged
+
+
+def mean_of(steps: list[dict], key: str) -> float:
+    return sum(s.get(key, 0.0) for s in steps) / max(len(steps), 1)
+
+
+def average_steps(steps: list[dict]) -> dict:
+    """Minibatch stats averaged over the steps (timing summed); ``check/`` diagnostics dropped."""
+    sums: dict[str, float] = {}
+    for step in steps:
+        for key, value in step.items():
+            sums[key] = sums.get(key, 0.0) + value
+    n = max(len(steps), 1)
+    return {k: v if k.startswith("timing/") else v / n for k, v in sums.items() if not k.startswith(CHECK)}

@@ -1,0 +1,122 @@
+"""An RL run around :class:`~tether.loops.rl.RLTrainer`: run directory, resume, metrics and
+samples, held-out evaluation, health alarms, checkpoints and the final models.
+
+Everything touches the roles through the placement: checkpoints are the roles' own
+``save_pretrained`` and ``state_dict``, the evaluator samples through the rollout role.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from tether.checkpoint import load_trainer_state, save_checkpoint, set_rng_state, truncate_jsonl, truncate_metrics
+from tether.eval.health import HealthMonitor, append_alarms
+from tether.loops.common import announce_resume, begin_run, progress, save_final
+from tether.loops.rl import RLTrainer
+from tether.loops.rl_setup import build_evaluator, load_prompt_set, prompt_limit
+from tether.metrics import JsonlWriter, MetricsLogger
+from tether.placement import make_placement
+from tether.runs import prepare_run_dir
+from tether.types import Experience
+
+SAMPLES_PER_LOG = 4
+
+
+def tqdm_write(text: str) -> None:
+    """Print above the progress bar."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(text, file=sys.stderr)
+
+
+def sample_rows(iteration: int, exp: Experience, n: int) -> list[dict]:
+    """A few (prompt, response, score) rows of a rollout for ``samples.jsonl`` and the report."""
+    ro = exp.rollout
+    return [
+        {"iteration": iteration, "prompt": ro.prompts[i], "response": ro.responses[i],
+         "score": float(exp.scores[i]), "ended": bool(ro.ended[i])}
+        for i in range(min(n, len(ro.prompts)))
+    ]
+
+
+def run_rl(cfg, algorithm, stage: str = "ppo", on_iteration=None, resume: bool = False) -> dict:
+    """Run ``algorithm`` on ``cfg``; save the final policy at ``run.out`` (critic in ``run.out/critic``).
+
+    ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
+    ``on_iteration(iteration, stats, trainer)`` is called after every iteration.
+    """
+    ckpt = begin_run(cfg, stage, resume)
+    placement, tokenizer, contexts = make_placement(cfg, ckpt)
+    try:
+        return _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iteration)
+    finally:
+        placement.close()
+
+
+def _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iteration) -> dict:
+    cap = prompt_limit(cfg, contexts)
+    prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
+    evaluator = build_evaluator(cfg, tokenizer, cap)
+    out = prepare_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume=ckpt is not None)
+    trainer = RLTrainer(cfg, placement, prompts, algorithm)
+    monitor = HealthMonitor(cfg.health, echo=tqdm_write)
+    if ckpt is not None:
+        _restore(out, ckpt, stage, trainer, monitor)
+    announce_resume(ckpt, trainer.iteration, cfg.ppo.iterations)
+    logger = MetricsLogger(out, stage)
+    if ckpt is None:
+        logger.log(0, {"data/prompts": len(prompts.ids), "data/dropped_long": prompts.dropped_long})
+    samples = JsonlWriter(out / "samples.jsonl")
+    bar = progress(cfg.ppo.iterations, stage, cfg.run.progress)
+    bar.update(trainer.iteration)
+    history, t0 = [], time.perf_counter()
+    while trainer.iteration < cfg.ppo.iterations:
+        stats = trainer.step()
+        it = trainer.iteration
+        last = it == cfg.ppo.iterations
+        if evaluator is not None and (last or (cfg.eval.every and it % cfg.eval.every == 0)):
+            t_eval = time.perf_counter()
+            stats.update(evaluator(trainer.rollout, trainer.actor, trainer.reference, trainer.reward))
+            stats["timing/eval"] = time.perf_counter() - t_eval
+        history.append(stats)
+        append_alarms(out / "alarms.jsonl", monitor.observe(it, stats))
+        if it == 1 or last or it % cfg.run.log_every == 0:
+            logger.log(it, stats)
+            samples.write_many(sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG))
+        bar.update(1)
+        bar.set_postfix(score=f"{stats['objective/score']:.2f}", kl=f"{stats['objective/kl']:.2f}",
+                        beta=f"{stats['objective/kl_coef']:.3f}")
+        if on_iteration is not None:
+            on_iteration(it, stats, trainer)
+        if cfg.run.save_every and it % cfg.run.save_every == 0 and not last:
+            state = {"trainer": trainer.state_dict(), "monitor": monitor.state_dict()}
+            save_checkpoint(out, it, _trained(trainer), tokenizer, state, cfg.run.keep_checkpoints)
+        if monitor.should_stop:
+            tqdm_write(f"stopping: {monitor.stop_reason}")
+            break
+    bar.close()
+    logger.close()
+    if trainer.critic is not None:
+        save_final(out / "critic", trainer.critic, tokenizer, {"stage": f"{stage}-critic"})
+    save_final(out, trainer.actor, tokenizer,
+               {"stage": stage, "iterations": trainer.iteration, "stopped_by": monitor.stop_reason})
+    return {"history": history, "trainer": trainer, "time_s": time.perf_counter() - t0,
+            "alarms": [a.to_dict() for a in monitor.alarms], "stopped_by": monitor.stop_reason}
+
+
+def _trained(trainer: RLTrainer) -> dict:
+    """The roles a checkpoint holds: the actor, and the critic when there is one."""
+    return {"actor": trainer.actor, **({"critic": trainer.critic} if trainer.critic is not None else {})}
+
+
+def _restore(out: Path, ckpt: Path, stage: str, trainer: RLTrainer, monitor: HealthMonitor) -> None:
+    """Optimiser, controller, RNG and monitor state of ``ckpt``; rows logged after it are dropped."""
+    state = load_trainer_state(ckpt)
+    trainer.load_state_dict(state["trainer"])
+    monitor.load_state_dict(state["monitor"])
+    set_rng_state(state["rng"])
+    truncate_metrics(out, trainer.iteration, stage)
+    truncate_jsonl(out / "samples.jsonl", trainer.iteration)
+    truncate_jsonl(out / "alarms.jsonl", trainer.iteration)

@@ -1,0 +1,171 @@
+"""The RL roles of a config: models loaded, put on their device with its speedups, wrapped in
+engines, and given to roles. A placement calls this where the roles run (this process, for the
+local placement); the loop never does."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from tether.config import PPOConfig
+from tether.engines import (
+    EngineSettings,
+    InferenceEngine,
+    OptimizerSpec,
+    TrainingEngine,
+    engine_settings,
+    prepare_models,
+)
+from tether.errors import ModelError
+from tether.models import context_length, last_layer, load_causal_lm, load_scalar_model, load_tokenizer
+from tether.roles.critic import Critic, SharedTrunkCritic, ValueHead
+from tether.roles.policy import Actor, PolicyWithValueHead, Reference
+from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource, import_callable
+from tether.rollout import engine_class
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Roles:
+    """The roles of an RL run, the policy's tokenizer, and each model's context length (positions,
+    or None) by the name the config gives it (for length checks)."""
+
+    actor: Actor
+    reference: Reference
+    critic: Critic | SharedTrunkCritic | None
+    reward: RewardSource
+    rollout: object  # a GenerationEngine sampling from the actor's weights
+    tokenizer: object
+    contexts: dict[str, int | None] = field(default_factory=dict)
+    linear_backend: str = "aten"
+
+    def placed(self) -> dict[str, object]:
+        """The roles by the names a placement serves them under."""
+        named = {"actor": self.actor, "reference": self.reference, "reward": self.reward, "rollout": self.rollout}
+        if self.critic is not None:
+            named["critic"] = self.critic
+        return named
+
+
+def _same_vocab(tok_a, tok_b, name: str) -> None:
+    if tok_a.get_vocab() != tok_b.get_vocab():
+        raise ModelError(
+            f"The {name} uses a different tokenizer from the policy; tether scores token ids "
+            "directly, so the reward model and critic must share the policy's tokenizer."
+        )
+
+
+def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardSource:
+    """A reward model, an ensemble of them, a python callable, or a reward server (``reward.url``)."""
+    rcfg = cfg.reward
+    if rcfg.callable:
+        return CallableReward(import_callable(rcfg.callable, "reward.callable"), rcfg.callable)
+    if rcfg.url:
+        from tether.roles.remote_reward import RemoteReward
+
+        remote = RemoteReward(rcfg.url, rcfg.api_key)
+        remote.check()
+        return remote
+    members = []
+    for path in rcfg.models:
+        _same_vocab(tokenizer, load_tokenizer(path, key="reward.models"), f"reward model '{path}'")
+        model = load_scalar_model(path, tokenizer, cfg.model.dtype, key="reward.models")
+        members.append(ModelReward(InferenceEngine(model, settings.device, settings.precision), path))
+    if len(members) == 1:
+        return members[0]
+    return EnsembleReward(members, rcfg.combine, rcfg.std_coef)
+
+
+def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
+    """Load the roles' models; with ``checkpoint`` the actor and critic come from it (resume)."""
+    settings = engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
+    policy_path = cfg.model.name_or_path
+    tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    load = dict(tokenizer=tokenizer, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
+    actor_model = load_causal_lm(str(checkpoint / "actor") if checkpoint else policy_path, **load,
+                                 key=None if checkpoint else "model.name_or_path")
+    reference_model = load_causal_lm(cfg.reference or policy_path, **load,
+                                     key="reference" if cfg.reference else "model.name_or_path")
+    reward = build_reward(cfg, tokenizer, settings)
+    if cfg.critic.shared_trunk:
+        # A resumed run's trained head; otherwise make_roles builds a fresh one.
+        head = ValueHead.from_pretrained(checkpoint / "critic", actor_model.config.hidden_size) if checkpoint else None
+        return make_roles(cfg, actor_model, reference_model, head, reward, tokenizer, settings)
+    # critic.init=reward: a trained head is expected (critic.path or the first reward model);
+    # critic.init=policy: a fresh head (std 0.02) on critic.path or the policy is the point.
+    if cfg.critic.path:
+        critic_path, key = cfg.critic.path, "critic.path"
+    elif cfg.critic.init == "reward":
+        # Critic from the RM: its head already predicts the final score (Ouyang et al. 2022, sec. 3.5).
+        critic_path, key = cfg.reward.models[0], "reward.models"
+    else:
+        critic_path, key = policy_path, "model.name_or_path"
+    if checkpoint is not None:
+        critic_path, key = str(checkpoint / "critic"), None
+    critic_model = load_scalar_model(critic_path, head_init_std=0.02, new_head=cfg.critic.init == "policy",
+                                     key=key, **load)
+    return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer, settings)
+
+
+def _reward_members(reward) -> list[ModelReward]:
+    if isinstance(reward, ModelReward):
+        return [reward]
+    if isinstance(reward, EnsembleReward):
+        return [m for member in reward.members for m in _reward_members(member)]
+    return []
+
+
+def optimizer_specs(cfg: PPOConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
+    """The actor's and the critic's AdamW and schedule (constant after a linear warm-up)."""
+    p = cfg.ppo
+    total = p.iterations * p.epochs * (cfg.rollout.batch_size // p.minibatch_size)
+    common = dict(weight_decay=p.weight_decay, fused=p.fused_optimizer, schedule="constant",
+                  warmup_steps=p.warmup_steps, total_steps=total, min_lr_ratio=1.0, max_grad_norm=p.max_grad_norm)
+    groups = (("value_head", cfg.critic.lr),) if cfg.critic.shared_trunk else ()
+    return OptimizerSpec(lr=p.actor_lr, groups=groups, **common), OptimizerSpec(lr=cfg.critic.lr, **common)
+
+
+def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, reward, tokenizer,
+               settings: EngineSettings | None = None) -> Roles:
+    """The roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model.
+
+    With ``critic.shared_trunk`` the critic is a value head on the actor: ``critic_model`` is
+    that :class:`ValueHead`, or None or any other model, which is then replaced by a fresh head.
+    """
+    settings = settings or engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
+    if isinstance(reward, torch.nn.Module):
+        reward = ModelReward(InferenceEngine(reward, settings.device, settings.precision))
+    shared = cfg.critic.shared_trunk
+    if shared and not isinstance(critic_model, ValueHead):
+        critic_model = ValueHead(actor_model.config.hidden_size)
+    trunks = [actor_model, reference_model, *(m.model for m in _reward_members(reward))]
+    if not shared:
+        trunks.append(critic_model)
+    if not cfg.ppo.trim_last_layer:
+        for model in trunks:
+            last_layer.run_in_full(model)
+    prepared = prepare_models(trunks, settings)
+    actor_spec, critic_spec = optimizer_specs(cfg)
+    trained = PolicyWithValueHead(actor_model, critic_model) if shared else actor_model
+    engine = dict(device=settings.device, precision=settings.precision, on_nonfinite=settings.on_nonfinite,
+                  compile=settings.compile)
+    actor = Actor(TrainingEngine(trained, actor_spec, **engine), cfg.rollout.temperature,
+                  use_captured=cfg.rollout.capture_logprobs)
+    critic = SharedTrunkCritic(actor) if shared else Critic(TrainingEngine(critic_model, critic_spec, **engine))
+    reference = Reference(InferenceEngine(reference_model, settings.device, settings.precision),
+                          cfg.rollout.temperature)
+    rollout = engine_class(cfg.rollout.engine)(actor_model, tokenizer, autocast=settings.precision.autocast,
+                                              capture=cfg.rollout.capture_logprobs,
+                                              decode_context=prepared.decode_context)
+    policy = cfg.model.name_or_path
+    contexts = {policy: context_length(actor_model), (cfg.reference or policy): context_length(reference_model)}
+    if not shared:
+        contexts[cfg.critic.path or "the critic"] = context_length(critic_model)
+    for member in _reward_members(reward):
+        contexts[member.name] = context_length(member.model)
+    return Roles(actor, reference, critic, reward, rollout, tokenizer, contexts, prepared.linear_backend)

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from tether.errors import ModelError
 from tether.models.forward import response_values, scalar_head
-from tether.roles.policy import token_weights
+from tether.roles.policy import minibatch_steps
 from tether.types import Experience, Rollout
 
 
@@ -42,16 +42,7 @@ class Critic:
         def step_loss(module, mb: Experience):
             return loss_fn(self._values(module, mb.rollout, e.compile), mb)
 
-        results = []
-        for micro_indices in minibatches:
-            micros = [exp.select(index) for index in micro_indices]
-            step = e.train_step(micros, step_loss, token_weights(micros), "value loss", where)
-            stats = {**step["stats"], "optim/skipped_steps": float(step["skipped_steps"])}
-            if step["grad_norm"] is not None:
-                stats["optim/critic_grad_norm"] = step["grad_norm"]
-            stats.update({f"timing/update/{k}": v for k, v in step["timing"].items()})
-            results.append(stats)
-        return results
+        return minibatch_steps(e, exp, minibatches, step_loss, "value loss", where, ("optim/critic_grad_norm",))
 
     def trains_alone(self) -> bool:
         """The critic has its own update (a shared-trunk one trains inside the actor's)."""

@@ -66,6 +66,23 @@ def token_weights(micros: list[Experience]) -> list[float]:
     return [c / total for c in counts] if total else [1.0 / len(micros)] * len(micros)
 
 
+def minibatch_steps(engine, exp: Experience, minibatches: list[list[Tensor]], step_loss, name: str, where: str,
+                    norm_keys: tuple[str, ...]) -> list[dict]:
+    """One ``engine.train_step`` per minibatch (a list of micro-batch index tensors, weighted by
+    their share of the tokens); each step's stats, its gradient norm under ``norm_keys``, the
+    skipped-step count and its timing."""
+    results = []
+    for micro_indices in minibatches:
+        micros = [exp.select(index) for index in micro_indices]
+        step = engine.train_step(micros, step_loss, token_weights(micros), name, where)
+        stats = {**step["stats"], "optim/skipped_steps": float(step["skipped_steps"])}
+        if step["grad_norm"] is not None:
+            stats.update({key: step["grad_norm"] for key in norm_keys})
+        stats.update({f"timing/update/{k}": v for k, v in step["timing"].items()})
+        results.append(stats)
+    return results
+
+
 class Reference:
     """A frozen policy: log-probs of rollouts under its weights (the KL anchor; also any policy
     that ``tether eval`` or the demo measures). Never uses log-probs captured while sampling."""
@@ -118,18 +135,9 @@ class Actor(Reference):
             out = policy_forward(module, mb.rollout, self.temperature, with_entropy, e.autocast, e.compile)
             return loss_fn(out, mb)
 
-        results = []
-        for micro_indices in minibatches:
-            micros = [exp.select(index) for index in micro_indices]
-            step = e.train_step(micros, step_loss, token_weights(micros), "policy loss", where)
-            stats = {**step["stats"], "optim/skipped_steps": float(step["skipped_steps"])}
-            if step["grad_norm"] is not None:
-                stats["optim/grad_norm"] = step["grad_norm"]
-                if self.shared_trunk:  # one clip over the trunk and the value head
-                    stats["optim/critic_grad_norm"] = step["grad_norm"]
-            stats.update({f"timing/update/{k}": v for k, v in step["timing"].items()})
-            results.append(stats)
-        return results
+        # With a shared trunk one clip covers the trunk and the value head: both norms are that one.
+        norms = ("optim/grad_norm", "optim/critic_grad_norm") if self.shared_trunk else ("optim/grad_norm",)
+        return minibatch_steps(e, exp, minibatches, step_loss, "policy loss", where, norms)
 
     def last_lr(self) -> float:
         return self.engine.last_lr()

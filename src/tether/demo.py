@@ -45,6 +45,23 @@ def preset(name: str) -> Path | None:
     return path if path.is_file() else None
 
 
+#: ``tether demo --lora``: adapters on the reward model and on PPO's actor and critic (with the
+#: learning rates that suit them), each final model merged with its adapter in adapter/. SFT
+#: trains in full: the demo's base model is a random initialisation, and adapters on random
+#: weights do not learn the task (docs/performance.md, "LoRA on the demo").
+LORA = {
+    "sft": [],
+    "rm": ["lora.r=32", "lora.alpha=32", "optim.lr=1e-3"],
+    "ppo": ["lora.r=32", "lora.alpha=32", "lora.modules_to_save=[norm]", "critic.lora.r=32", "critic.lora.alpha=32",
+            "ppo.actor_lr=5e-4", "critic.lr=1e-3"],
+}
+
+
+def with_lora(overrides: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The demo's LoRA settings, then the caller's overrides (which win)."""
+    return {stage: [*LORA[stage], *overrides.get(stage, [])] for stage in LORA}
+
+
 def stage_configs(out: Path, seed: int, beta: float | None, overrides: dict[str, list[str]], quick: bool):
     task = out / "task"
     common = [f"run.seed={seed}", "run.overwrite=true"]
@@ -111,7 +128,7 @@ def probe_margins(rm_model, tokenizer, probes_path: Path) -> dict:
 
 
 def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dict | None = None,
-             task_sizes: dict | None = None, eval_repeats: int = EVAL_REPEATS) -> dict:
+             task_sizes: dict | None = None, eval_repeats: int = EVAL_REPEATS, lora: bool = False) -> dict:
     from tether.tasks.arith import build_task
 
     t_start = time.perf_counter()
@@ -121,7 +138,8 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
     t = time.perf_counter()
     meta = build_task(out / "task", seed=seed, **(task_sizes or {}))
     timing["task_s"] = time.perf_counter() - t
-    sft_cfg, rm_cfg, ppo_cfg = stage_configs(out, seed, beta, overrides or {}, False)
+    overrides = with_lora(overrides or {}) if lora else (overrides or {})
+    sft_cfg, rm_cfg, ppo_cfg = stage_configs(out, seed, beta, overrides, False)
     _say(f"[1/3] SFT: {sft_cfg.run.out}")
     t = time.perf_counter()
     run_sft(sft_cfg)
@@ -185,16 +203,28 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
         ],
         "timing": timing,
         "seed": seed,
+        "lora": lora,
     }
     write_json(out / "summary.json", summary)
     build_report(out)
     return summary
 
 
-def format_summary(summary: dict) -> str:
-    """The table printed at the end of `tether demo`."""
-    def f(x):
-        return "   -  " if x is None else f"{x:+.3f}" if isinstance(x, float) else str(x)
+def _f(x) -> str:
+    return "   -  " if x is None else f"{x:+.3f}" if isinstance(x, float) else str(x)
+
+
+SIDE_BY_SIDE = (("gold_score", "gold score (judge)"), ("proxy_score", "proxy score (RM)"),
+                ("accuracy", "answer accuracy"), ("spurious_rate", "responses with '!'"),
+                ("kl", "KL to SFT (nats)"), ("entropy", "entropy (nats/token)"), ("length_mean", "length (tokens)"))
+
+
+def format_summary(summary: dict, beside: dict | None = None) -> str:
+    """The table printed at the end of `tether demo`; with ``beside`` (another run's summary) the
+    two runs' SFT and PPO columns side by side."""
+    if beside is not None:
+        return format_side_by_side(beside, summary)
+    f = _f
 
     rows = [("", "base", "SFT", "PPO")]
     sft, ppo = summary["sft"], summary["ppo"]
@@ -217,6 +247,25 @@ def format_summary(summary: dict) -> str:
         f"alarms raised              {', '.join(a['name'] for a in summary['alarms']) or 'none'}",
         f"total time                 {summary['timing']['total_s']:.0f} s",
     ]
+    return "\n".join(lines)
+
+
+def format_side_by_side(a: dict, b: dict) -> str:
+    """Two demo runs (e.g. full-parameter and LoRA) in one table: SFT and PPO of each."""
+    def name(summary):
+        return "LoRA" if summary.get("lora") else "full"
+
+    head = f"{'':<24}{name(a) + ' SFT':>11}{name(a) + ' PPO':>11}{name(b) + ' SFT':>11}{name(b) + ' PPO':>11}"
+    lines = [head]
+    for key, label in SIDE_BY_SIDE:
+        cells = [_f(s[stage].get(key)) for s in (a, b) for stage in ("sft", "ppo")]
+        lines.append(f"{label:<24}" + "".join(f"{c:>11}" for c in cells))
+    for label, get in (("RM held-out accuracy", lambda s: f"{s['rm']['accuracy']:.3f}"),
+                       ("RM bias for '!'", lambda s: f"{s['rm']['spurious_bias']:+.3f}"),
+                       ("PPO win rate (gold)", lambda s: _rate(s["eval"].get("win_rate_gold"))),
+                       ("alarms raised", lambda s: ", ".join(x["name"] for x in s["alarms"]) or "none"),
+                       ("total time", lambda s: f"{s['timing']['total_s']:.0f} s")):
+        lines.append(f"{label:<24}{get(a):>22}{get(b):>22}")
     return "\n".join(lines)
 
 

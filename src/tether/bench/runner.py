@@ -99,7 +99,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     """
     from tether.config import PPOConfig, load_config
     from tether.loops.ppo import ppo_trainer
-    from tether.roles.build import make_roles
+    from tether.roles.build import SHARED_WITH_CRITIC, make_roles
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}")
@@ -111,9 +111,14 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
                                                         seed=seed) + list(overrides))
     retained = cfg.cpu.retain_memory and _retained()  # before the models' memory is allocated
-    setup = build_setup(dims, n_prompts=batch * iterations, seed=seed)
+    # With LoRA the reference is the actor's base with the adapters off, and the reward model the
+    # critic's (critic.init=reward): no copies of their own.
+    shared_rm = cfg.critic.lora.enabled and cfg.critic.init == "reward" and not cfg.critic.shared_trunk
+    setup = build_setup(dims, n_prompts=batch * iterations, seed=seed, reference=not cfg.lora.enabled,
+                        critic=not shared_rm)
     m = setup.models
-    roles = make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer)
+    critic, reward = (m["reward"], SHARED_WITH_CRITIC) if shared_rm else (m["critic"], m["reward"])
+    roles = make_roles(cfg, m["policy"], m["reference"], critic, reward, setup.tokenizer)
     trainer = ppo_trainer(cfg, roles, setup.prompts)
     if trainer_hook is not None:
         trainer_hook(trainer)
@@ -172,7 +177,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                    "parallel_roles": parallel, "precision": cfg.run.precision, "compile": cfg.ppo.compile,
                    "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
                    "linear_backend": cfg.cpu.linear_backend, "linear_backend_resolved": roles.linear_backend,
-                   "retain_memory": retained},
+                   "retain_memory": retained, "lora_r": cfg.lora.r,
+                   "gradient_checkpointing": cfg.gradient_checkpointing},
         "phases_note": PHASES_NOTE_PARALLEL if parallel else PHASES_NOTE,
         "iteration_s": {"median": _median(walls), "min": min(walls), "max": max(walls)},
         "iterations_s": walls,
@@ -191,6 +197,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
             "iteration": _median([r["flops"]["total"] / 1e9 / r["wall"] for r in timed]),
         },
         "ratio_deviation_max": max(r["ratio_deviation"] for r in rows),
+        "memory_bytes": role_memory(roles),
         "torch_threads": torch.get_num_threads(),
         "versions": versions(),
         "cpu": cpu_description() | {"bf16_native": bf16_supported(), "load_avg_1m": _load()},
@@ -213,6 +220,30 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         if profile:
             report["profile"]["matmul_fraction_of_peak"] = report["profile"]["matmul_gflops"] / peak
     return report
+
+
+def role_memory(roles) -> dict:
+    """Bytes per role: its weights (storage another role already holds counted once, with the role
+    that owns it), the trainable weights (their gradients take as much at the peak of a backward),
+    and the optimiser's state; and their sum."""
+    from tether.models.lora import parameter_bytes
+
+    seen: set = set()
+    table = {}
+    for name, role in (("actor", roles.actor), ("reference", roles.reference), ("critic", roles.critic),
+                       ("reward", roles.reward)):
+        engine = getattr(role, "engine", None)
+        model = getattr(engine, "model", None) if engine is not None else getattr(role, "model", None)
+        if model is None:
+            continue
+        optimizer = getattr(engine, "optimizer", None)
+        state = 0 if optimizer is None else sum(t.numel() * t.element_size() for s in optimizer.state.values()
+                                                 for t in s.values() if torch.is_tensor(t))
+        trainable = parameter_bytes(model, trainable_only=True) if optimizer is not None else 0
+        table[name] = {"weights": parameter_bytes(model, seen=seen), "trainable_weights": trainable,
+                       "gradients_peak": trainable, "optimizer_state": state}
+    table["total"] = {k: sum(row[k] for row in table.values()) for k in next(iter(table.values()))}
+    return table
 
 
 def combine_runs(reports: list[dict]) -> dict:

@@ -22,6 +22,8 @@ SIZES: dict[str, ModelDims] = {
     "tiny": ModelDims(hidden=128, layers=2, heads=4, ffn=512, vocab=2048),
     "small": ModelDims(hidden=256, layers=4, heads=4, ffn=2048, vocab=4096),
     "medium": ModelDims(hidden=512, layers=4, heads=8, ffn=2048, vocab=4096),
+    # ~116M parameters per model (issue 21): where LoRA's and checkpointing's memory shows.
+    "large": ModelDims(hidden=768, layers=12, heads=12, ffn=3072, vocab=4096),
     # Not part of the issue's configuration: a toy size for tests.
     "micro": ModelDims(hidden=32, layers=1, heads=2, ffn=64, vocab=128),
 }
@@ -81,19 +83,21 @@ def _finish(model, tokenizer):
     return model
 
 
-def build_models(dims: ModelDims, tokenizer, seed: int = 0) -> dict:
+def build_models(dims: ModelDims, tokenizer, seed: int = 0, reference: bool = True, critic: bool = True) -> dict:
     """{'policy', 'reference', 'critic', 'reward'}: fp32, random init from ``seed``.
 
-    The reference is a copy of the policy (PPO starts the actor at the reference).
+    The reference is a copy of the policy (PPO starts the actor at the reference); None without
+    ``reference`` (a LoRA actor's base serves as the reference). The critic is None without
+    ``critic`` (a LoRA critic on the reward model's base).
     """
     from transformers import LlamaForCausalLM, LlamaForSequenceClassification
 
     config = llama_config(dims, tokenizer)
     torch.manual_seed(seed)
     policy = _finish(LlamaForCausalLM(config), tokenizer)
-    reference = copy.deepcopy(policy)
+    reference = copy.deepcopy(policy) if reference else None
     torch.manual_seed(seed + 1)
-    critic = _finish(LlamaForSequenceClassification(config), tokenizer)
+    critic = _finish(LlamaForSequenceClassification(config), tokenizer) if critic else None
     torch.manual_seed(seed + 2)
     reward = _finish(LlamaForSequenceClassification(config), tokenizer)
     return {"policy": policy, "reference": reference, "critic": critic, "reward": reward}
@@ -116,8 +120,9 @@ class BenchSetup:
     prompts: PromptSet
 
 
-def build_setup(dims: ModelDims, n_prompts: int, seed: int = 0) -> BenchSetup:
+def build_setup(dims: ModelDims, n_prompts: int, seed: int = 0, reference: bool = True,
+                critic: bool = True) -> BenchSetup:
     tokenizer = word_tokenizer(dims.vocab)
-    models = build_models(dims, tokenizer, seed)
+    models = build_models(dims, tokenizer, seed, reference, critic)
     prompts = prompt_set(tokenizer, n_prompts, seed=seed)
     return BenchSetup(dims, tokenizer, models, prompts)

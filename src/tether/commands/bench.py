@@ -15,8 +15,9 @@ def register(sub) -> None:
             "tokens/s, peak RSS, FLOPs and the fraction of this machine's matmul peak, as JSON."
         ),
     )
-    p.add_argument("--size", choices=["tiny", "small", "medium", "micro"], default="small",
-                   help="tiny h128 L2 (1.05M), small h256 L4 (9.4M), medium h512 L4 (21M); micro is for tests.")
+    p.add_argument("--size", choices=["tiny", "small", "medium", "large", "micro"], default="small",
+                   help="tiny h128 L2 (1.05M), small h256 L4 (9.4M), medium h512 L4 (21M), large h768 L12 (116M); "
+                        "micro is for tests.")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="bf16 = autocast with fp32 master weights (ppo.autocast=bf16).")
     p.add_argument("--batch", type=int, default=16, help="Prompts per iteration.")
@@ -27,6 +28,10 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=1,
                    help="Run the benchmark this many times (fresh models each) and report medians over runs.")
+    p.add_argument("--lora", type=int, default=0, metavar="R",
+                   help="LoRA adapters of rank R on the actor and the critic (the reference is then the actor's "
+                        "base with the adapters off); 0 = full-parameter training.")
+    p.add_argument("--grad-ckpt", action="store_true", help="Gradient checkpointing on the actor and the critic.")
     p.add_argument("--profile", action="store_true",
                    help="One extra iteration with the update under torch.profiler: matmul vs other seconds.")
     p.add_argument("--no-peak", action="store_true", help="Skip measuring the matmul peak (no MFU).")
@@ -40,6 +45,10 @@ def register(sub) -> None:
 def run(args) -> int:
     from tether.bench.runner import run_repeated, run_scaling
 
+    if args.lora:
+        args.overrides = [f"lora.r={args.lora}", f"critic.lora.r={args.lora}", *args.overrides]
+    if args.grad_ckpt:
+        args.overrides = ["gradient_checkpointing=true", "critic.gradient_checkpointing=true", *args.overrides]
     if args.scaling:
         report = run_scaling(args.size, args.precision, args.epochs, args.threads, args.scaling_iterations,
                              overrides=args.overrides, repeats=args.repeat)

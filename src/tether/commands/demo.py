@@ -22,6 +22,11 @@ def register(sub) -> None:
     p.add_argument("--iterations", type=int, default=None, help="PPO iterations (default: the preset's).")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="STAGE:KEY=VALUE",
                    help="Override a stage's config key, e.g. --set ppo:ppo.actor_lr=5e-5 (repeatable).")
+    p.add_argument("--lora", action="store_true",
+                   help="Train LoRA adapters in every stage (tether.demo.LORA: ranks and learning rates); each "
+                        "final model is saved merged, with its adapter in adapter/.")
+    p.add_argument("--beside", default=None, metavar="DIR",
+                   help="Print this run's summary beside another demo run's (e.g. --lora --beside runs/demo).")
 
 
 def parse_sets(sets: list[str]) -> dict[str, list[str]]:
@@ -40,7 +45,17 @@ def run(args) -> int:
     overrides = parse_sets(args.sets)
     if args.iterations is not None:
         overrides.setdefault("ppo", []).append(f"ppo.iterations={args.iterations}")
-    summary = run_demo(args.out, seed=args.seed, beta=args.beta, overrides=overrides)
-    print(format_summary(summary))
+    beside = None
+    if args.beside:
+        import json
+        from pathlib import Path
+
+        path = Path(args.beside) / "summary.json"
+        if not path.is_file():
+            raise TetherError(f"--beside '{args.beside}': no summary.json there; run `tether demo --out "
+                              f"{args.beside}` first.")
+        beside = json.loads(path.read_text())
+    summary = run_demo(args.out, seed=args.seed, beta=args.beta, overrides=overrides, lora=args.lora)
+    print(format_summary(summary, beside))
     print(f"\nsummary: {args.out}/summary.json")
     return 0

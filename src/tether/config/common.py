@@ -82,6 +82,35 @@ class CPUConfig:
 
 
 @dataclass(frozen=True)
+class LoRAConfig:
+    """LoRA adapters through peft: the base weights stay frozen and only the adapters (and
+    ``modules_to_save``) train. Off with r = 0 (full-parameter training)."""
+
+    r: int = option(0, "Adapter rank; 0 = no LoRA (train every weight).", ge=0, le=65536)
+    alpha: float = option(16.0, "LoRA alpha: the adapter's output is scaled by alpha / r.", gt=0)
+    dropout: float = option(0.0, "Dropout on the adapter's input (must be 0 for PPO's actor and critic).",
+                            ge=0, lt=1)
+    target_modules: list[str] = option(
+        factory=lambda: ["all-linear"],
+        help="Module names (or name suffixes) that get adapters; 'all-linear' = every linear layer but "
+             "the output head (peft's rule).",
+    )
+    modules_to_save: list[str] = option(
+        factory=list,
+        help="Modules trained in full beside the adapters (e.g. embed_tokens). A scalar model's head "
+             "(score) always is.",
+    )
+    adapter: str | None = option(
+        None, "Start from this adapter directory (a LoRA run's adapter/) instead of fresh adapters; its "
+              "own r, alpha and targets apply.", path=True,
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.r > 0 or self.adapter is not None
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """A model by Hugging Face hub id or local path."""
 

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import FLOAT32_MAX, option, section
-from tether.config.common import CPUConfig, DataConfig, ModelConfig, OptimConfig, RunConfig, check_adam_step
+from tether.config.common import (
+    CPUConfig,
+    DataConfig,
+    LoRAConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    check_adam_step,
+)
 from tether.errors import ConfigError
 from tether.config.health import HealthConfig
 
@@ -28,6 +36,11 @@ class SFTConfig:
     max_steps: int | None = option(None, "Stop after this many optimiser steps (overrides epochs).", ge=1)
     eval_every: int = option(200, "Evaluate held-out loss every this many steps.", ge=1)
     keep_dropout: bool = option(False, "Keep the model's dropout (off by default: RLHF practice).")
+    lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the model (r = 0: off).")
+    gradient_checkpointing: bool = option(
+        False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
+               "memory, ~30% more compute. Same losses and gradients.",
+    )
     cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
 
     MOVED_KEYS = SUPERVISED_MOVED_KEYS
@@ -57,6 +70,11 @@ class RewardModelConfig:
     )
     head_init_std: float = option(0.02, "Std of the fresh scalar head's weights.", gt=0)
     keep_dropout: bool = option(False, "Keep the model's dropout (off by default).")
+    lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the model, its scalar head trained in full (r = 0: off).")
+    gradient_checkpointing: bool = option(
+        False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
+               "memory, ~30% more compute. Same losses and gradients.",
+    )
     cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
 
     MOVED_KEYS = SUPERVISED_MOVED_KEYS
@@ -121,6 +139,11 @@ class CriticConfig:
         "losses, about half the update's work. critic.init and critic.path do not apply; the "
         "checkpoint's critic/ holds the value head alone (value_head.safetensors). On the demo "
         "task it learned less than the default critic (docs/performance.md).",
+    )
+    lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the critic, its value head trained in full (r = 0: off).")
+    gradient_checkpointing: bool = option(
+        False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
+               "memory, ~30% more compute. Same losses and gradients.",
     )
 
 
@@ -289,6 +312,13 @@ class PPOConfig:
     eval: PPOEvalConfig = section(PPOEvalConfig, "Held-out evaluation.")
     health: HealthConfig = section(HealthConfig, "Training-health alarms (reference monitoring tables).")
     cpu: PPOCPUConfig = section(PPOCPUConfig, "CPU-only speedups.")
+    lora: LoRAConfig = section(
+        LoRAConfig, "LoRA adapters on the actor (r = 0: off). The reference is then the actor's base with the "
+                    "adapters switched off: one copy of the base weights serves both.")
+    gradient_checkpointing: bool = option(
+        False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
+               "memory, ~30% more compute. Same losses and gradients.",
+    )
 
     MOVED_KEYS = {**SUPERVISED_MOVED_KEYS,
                   "ppo.autocast": ("run.precision", {"none": "fp32", "bf16": "bf16"}),
@@ -307,6 +337,15 @@ class PPOConfig:
 
     def validate(self) -> None:
         check_adam_step("critic.lr", self.critic.lr)
+        for key, lora in (("lora.dropout", self.lora), ("critic.lora.dropout", self.critic.lora)):
+            if lora.enabled and lora.dropout:
+                raise ConfigError(
+                    f"Config key '{key}' = {lora.dropout}: PPO needs 0. Its first-minibatch check expects the new and "
+                    "the rollout policy to agree exactly before any update, and dropout makes every forward random."
+                )
+        if self.critic.shared_trunk and self.critic.lora.enabled:
+            raise ConfigError("Config block 'critic.lora': a shared-trunk critic (critic.shared_trunk=true) is a value "
+                              "head on the actor; put the adapters on the actor (lora.*) instead.")
         if not self.prompts:
             raise ConfigError("Config key 'prompts' is empty: expected a prompt file or dataset.")
         if self.rollout.batch_size % self.ppo.minibatch_size:

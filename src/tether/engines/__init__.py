@@ -7,12 +7,13 @@ what a model is for and hand engines loss functions; only engines call ``backwar
 :func:`prepare_models` when the device is a CPU.
 """
 
-from tether.engines.inference import InferenceEngine
+from tether.engines.inference import AdapterOffEngine, InferenceEngine
 from tether.engines.optim import NonFiniteGuard, OptimizerSpec, grad_norm, make_optimizer, make_scheduler
 from tether.engines.settings import EngineSettings, Prepared, engine_settings, prepare_models
 from tether.engines.training import TrainingEngine
 
 __all__ = [
+    "AdapterOffEngine",
     "EngineSettings",
     "InferenceEngine",
     "NonFiniteGuard",

@@ -39,3 +39,40 @@ class InferenceEngine:
 
     def save_pretrained(self, directory, **kwargs) -> None:
         self.model.save_pretrained(directory, **kwargs)
+
+
+class AdapterOffEngine:
+    """A LoRA model's base, adapters switched off, as a frozen engine on the same weights: PPO's
+    reference when the actor trains adapters (one copy of the base serves both roles).
+
+    ``engine`` runs the LoRA model (``peft_model`` inside it: the engine's model, or the policy of
+    a shared-trunk wrapper); calls run under :meth:`peft.PeftModel.disable_adapter`. Not for use
+    while the same model trains in another thread.
+    """
+
+    def __init__(self, engine, peft_model):
+        self.engine = engine
+        self.peft_model = peft_model
+
+    @property
+    def device(self):
+        return self.engine.device
+
+    @property
+    def precision(self):
+        return self.engine.precision
+
+    @property
+    def autocast(self) -> str:
+        return self.engine.autocast
+
+    @property
+    def model(self):
+        return self.peft_model
+
+    def infer(self, fn: Callable, *args):
+        with self.peft_model.disable_adapter():
+            return self.engine.infer(lambda _module, *a: fn(self.peft_model, *a), *args)
+
+    def to_device(self, batch):
+        return self.engine.to_device(batch)

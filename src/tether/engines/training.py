@@ -138,4 +138,18 @@ class TrainingEngine:
         self.guard.skipped = state.get("skipped_steps", 0)
 
     def save_pretrained(self, directory, **kwargs) -> None:
+        """What a checkpoint keeps: the model, or a LoRA model's adapters alone."""
         self.model.save_pretrained(directory, **kwargs)
+
+    def export(self, directory) -> None:
+        """A run's final model: a LoRA model merged into a plain checkpoint, its adapter in
+        ``adapter/`` (the adapters are merged for good: call it last); otherwise :meth:`save_pretrained`."""
+        from tether.models.lora import is_peft, save_merged
+
+        if hasattr(self.model, "export"):
+            self.model.export(directory)
+        elif is_peft(self.model):
+            save_merged(self.model, directory)
+            self.model = self.model.get_base_model()
+        else:
+            self.save_pretrained(directory)

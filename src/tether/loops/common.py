@@ -137,7 +137,9 @@ def save_final(out: str | Path, model, tokenizer, meta: dict | None = None) -> N
     remove_stale_temps(out)  # a save killed earlier left its staging directories here
 
     def write(tmp: Path) -> None:
-        model.save_pretrained(tmp)
+        # Engines and roles export their final form (a LoRA model merged, its adapter beside it).
+        export = getattr(model, "export", None)
+        export(tmp) if export is not None else model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
     staged = atomic_write_dir(out / ".final-staging", write, meta)

@@ -32,6 +32,7 @@ from tether.metrics import MetricsLogger
 from tether.engines import TrainingEngine, engine_settings, prepare_models
 from tether.models import load_scalar_model, load_tokenizer
 from tether.models.loading import load_model_config
+from tether.models.lora import trainable
 from tether.models.forward import last_token_scores
 from tether.runs import guarded_run, prepare_run_dir
 from tether.types import to_device
@@ -139,13 +140,17 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
                            {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path")})
     train, margins, evals, counts = load_pairs(cfg, tokenizer, limit)
     # The head is new when starting from the SFT model (a causal LM); a trained one is kept.
+    # A LoRA checkpoint holds the adapters (and the head) alone: the base comes from the config.
+    full = ckpt is not None and not cfg.lora.enabled
     model = load_scalar_model(
-        str(ckpt / "model") if ckpt else cfg.model.name_or_path, tokenizer, cfg.model.dtype,
-        cfg.keep_dropout, head_init_std=cfg.head_init_std, new_head=ckpt is None,
-        trust_remote_code=cfg.model.trust_remote_code, key=None if ckpt else "model.name_or_path",
+        str(ckpt / "model") if full else cfg.model.name_or_path, tokenizer, cfg.model.dtype,
+        cfg.keep_dropout, head_init_std=cfg.head_init_std, new_head=not full,
+        trust_remote_code=cfg.model.trust_remote_code, key=None if full else "model.name_or_path",
     )
     total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     prepare_models([model], settings)
+    model = trainable(model, cfg.lora, ckpt / "model" if ckpt and cfg.lora.enabled else None,
+                      cfg.gradient_checkpointing, scalar=True)
     engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
                             settings.on_nonfinite)
     engine.config.score_offset = 0.0

@@ -30,6 +30,7 @@ from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.forward import autocast_context, position_ids
 from tether.models.loading import load_model_config
+from tether.models.lora import trainable
 from tether.runs import guarded_run, prepare_run_dir
 from tether.types import to_device
 
@@ -120,13 +121,16 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     limit = fit_to_context(cfg.data.max_length, "data.max_length",
                            {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path")})
     train, evals, counts = load_sft_data(cfg, tokenizer, limit)
+    full = ckpt is not None and not cfg.lora.enabled  # a LoRA checkpoint holds the adapters alone
     model = load_causal_lm(
-        str(ckpt / "model") if ckpt else cfg.model.name_or_path,
+        str(ckpt / "model") if full else cfg.model.name_or_path,
         tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code,
-        key=None if ckpt else "model.name_or_path",
+        key=None if full else "model.name_or_path",
     )
     total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     prepare_models([model], settings)
+    model = trainable(model, cfg.lora, ckpt / "model" if ckpt and cfg.lora.enabled else None,
+                      cfg.gradient_checkpointing)
     engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
                             settings.on_nonfinite)
     out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None)

@@ -23,6 +23,7 @@ from tether.algos.logprobs import token_logprobs
 from tether.algos.losses import entropy_from_logits
 from tether.models import last_layer
 from tether.models.loading import score_head
+from tether.models.lora import unwrap
 from tether.runtime import AUTOCAST_DTYPES
 
 def autocast_context(model, mode: str = "none"):
@@ -60,7 +61,7 @@ def compiled_trunk(model, mode: str = "default"):
     ``mode="max-autotune"``: inductor also benchmarks its own GEMM kernels against ATen's and keeps
     the faster (on CPU, C++ GEMM templates; longer compilation). No CUDA graphs either way.
     """
-    trunk = model.base_model
+    trunk = unwrap(model).base_model
     cache = _COMPILED.setdefault(trunk, {})
     fn = cache.get(mode)
     if fn is None:
@@ -86,6 +87,7 @@ def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: st
     no-grad passes stay eager, so scoring never waits for a second compilation. ``True`` or a
     mode of :data:`COMPILE_MODES`. Compiled passes run every layer in full.
     """
+    model = unwrap(model)  # a LoRA model runs as its base with the adapters injected
     trunk = model.base_model
     compiled = bool(compile) and torch.is_grad_enabled()
     if compiled:
@@ -109,6 +111,7 @@ def check_last_layer(model, input_ids: Tensor, attention_mask: Tensor, keep: sli
     Every pass that could trim calls this first, so whether a pass trims never depends on
     which pass came first (a resumed run trims exactly where the uninterrupted one did).
     """
+    model = unwrap(model)
     if not last_layer.needs_check(model):
         return
     kwargs = _trunk_kwargs(input_ids, attention_mask)
@@ -145,7 +148,7 @@ def response_hidden(model, sequences: Tensor, attention_mask: Tensor, num_prompt
 def logprobs_from_hidden(model, hidden: Tensor, tokens: Tensor, temperature: float = 1.0,
                          with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
     """The LM head on (B, A, H) hidden states: log-probs of (B, A) ``tokens`` (and entropies)."""
-    logits = _head(model.get_output_embeddings(), hidden).float() / temperature
+    logits = _head(unwrap(model).get_output_embeddings(), hidden).float() / temperature
     logp = token_logprobs(logits, tokens)
     return logp, entropy_from_logits(logits) if with_entropy else None
 

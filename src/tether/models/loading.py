@@ -39,11 +39,21 @@ def looks_local(name_or_path: str) -> bool:
 
 
 def _check_exists(name_or_path: str, what: str, key: str | None = None) -> None:
-    """A path-looking name that does not exist gets a clear error instead of a hub lookup."""
+    """A path-looking name that does not exist gets a clear error instead of a hub lookup; so
+    does a LoRA adapter directory given where a full model is expected."""
+    from tether.models.lora import ADAPTER_DIR, adapter_base, is_adapter_dir
+
     if looks_local(name_or_path) and not Path(name_or_path).expanduser().exists():
         raise ModelError(
             f"The {what} path {_named(name_or_path, key)} does not exist; expected a local checkpoint directory "
             "(with config.json) or a hub id such as 'org/name'."
+        )
+    if is_adapter_dir(name_or_path):
+        base = adapter_base(name_or_path)
+        raise ModelError(
+            f"The {what} {_named(name_or_path, key)} is a LoRA adapter directory (adapter_config.json, no model), "
+            "not a full model. Give the merged model a LoRA run writes (the directory above its "
+            f"{ADAPTER_DIR}/), or its base" + (f" ('{base}')" if base else "") + " with lora.adapter set to this directory."
         )
 
 
@@ -259,6 +269,20 @@ def load_scalar_model(
     return model
 
 
+def enable_gradient_checkpointing(model, key: str = "gradient_checkpointing") -> None:
+    """Recompute each decoder layer's activations in the backward instead of keeping them
+    (transformers' own checkpointing, non-reentrant: it works with LoRA and frozen inputs)."""
+    from tether.models.lora import unwrap
+
+    hf = unwrap(model)
+    if not getattr(hf, "supports_gradient_checkpointing", False):
+        raise ModelError(f"{type(hf).__name__} does not support gradient checkpointing ({key}=true); set it to false.")
+    if hasattr(hf, "activation_checkpointing_enable"):  # transformers >= 5.20's name
+        hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def context_length(model_or_config) -> int | None:
     """The most positions a model (or its config) takes, when its config says; None otherwise.
 
@@ -275,7 +299,13 @@ def context_length(model_or_config) -> int | None:
 
 def score_head(model) -> nn.Linear:
     """The scalar head of a ``*ForSequenceClassification`` model."""
+    from tether.models.lora import unwrap
+
+    model = unwrap(model)
     head = getattr(model, "score", None) or getattr(model, "classifier", None)
+    # A LoRA model's head trains in full: peft wraps it (ModulesToSaveWrapper), which runs as the head.
+    if type(head).__name__ == "ModulesToSaveWrapper":
+        return head
     if not isinstance(head, nn.Linear):
         raise ModelError(
             f"{type(model).__name__} has no linear `score` head; tether supports decoder models "

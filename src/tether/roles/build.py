@@ -12,6 +12,7 @@ import torch
 
 from tether.config import PPOConfig
 from tether.engines import (
+    AdapterOffEngine,
     EngineSettings,
     InferenceEngine,
     OptimizerSpec,
@@ -21,6 +22,7 @@ from tether.engines import (
 )
 from tether.errors import ModelError
 from tether.models import context_length, last_layer, load_causal_lm, load_scalar_model, load_tokenizer
+from tether.models.lora import trainable, unwrap
 from tether.roles.critic import Critic, SharedTrunkCritic, ValueHead
 from tether.roles.policy import Actor, PolicyWithValueHead, Reference
 from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource, import_callable
@@ -81,21 +83,34 @@ def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardS
 
 
 def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
-    """Load the roles' models; with ``checkpoint`` the actor and critic come from it (resume)."""
+    """Load the roles' models; with ``checkpoint`` the actor and critic come from it (resume: the
+    full models, or the adapters on their bases under LoRA)."""
     settings = engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
     policy_path = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     load = dict(tokenizer=tokenizer, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
-    actor_model = load_causal_lm(str(checkpoint / "actor") if checkpoint else policy_path, **load,
-                                 key=None if checkpoint else "model.name_or_path")
-    reference_model = load_causal_lm(cfg.reference or policy_path, **load,
-                                     key="reference" if cfg.reference else "model.name_or_path")
-    reward = build_reward(cfg, tokenizer, settings)
+    full_actor = checkpoint is not None and not cfg.lora.enabled
+    actor_model = load_causal_lm(str(checkpoint / "actor") if full_actor else policy_path, **load,
+                                 key=None if full_actor else "model.name_or_path")
+    # With LoRA and no separate reference, the reference is the actor's base (adapters off).
+    shared_reference = cfg.lora.enabled and not cfg.reference
+    reference_model = None if shared_reference else load_causal_lm(
+        cfg.reference or policy_path, **load, key="reference" if cfg.reference else "model.name_or_path")
+    # With LoRA on a critic that starts from the (only) reward model, the reward model is the
+    # critic's base with its adapters off: one copy of those weights too.
+    if shares_reward_base(cfg):
+        _same_vocab(tokenizer, load_tokenizer(cfg.reward.models[0], key="reward.models"),
+                    f"reward model '{cfg.reward.models[0]}'")
+        reward = SHARED_WITH_CRITIC
+    else:
+        reward = build_reward(cfg, tokenizer, settings)
+    adapters = {"actor": checkpoint / "actor" if checkpoint and cfg.lora.enabled else None,
+                "critic": checkpoint / "critic" if checkpoint and cfg.critic.lora.enabled else None}
     if cfg.critic.shared_trunk:
         # A resumed run's trained head; otherwise make_roles builds a fresh one.
         head = ValueHead.from_pretrained(checkpoint / "critic", actor_model.config.hidden_size) if checkpoint else None
-        return make_roles(cfg, actor_model, reference_model, head, reward, tokenizer, settings)
+        return make_roles(cfg, actor_model, reference_model, head, reward, tokenizer, settings, adapters)
     # critic.init=reward: a trained head is expected (critic.path or the first reward model);
     # critic.init=policy: a fresh head (std 0.02) on critic.path or the policy is the point.
     if cfg.critic.path:
@@ -105,11 +120,21 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
         critic_path, key = cfg.reward.models[0], "reward.models"
     else:
         critic_path, key = policy_path, "model.name_or_path"
-    if checkpoint is not None:
+    if checkpoint is not None and not cfg.critic.lora.enabled:
         critic_path, key = str(checkpoint / "critic"), None
     critic_model = load_scalar_model(critic_path, head_init_std=0.02, new_head=cfg.critic.init == "policy",
                                      key=key, **load)
-    return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer, settings)
+    return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer, settings, adapters)
+
+
+SHARED_WITH_CRITIC = "the critic's base"  # make_roles' reward: the LoRA critic's base, adapters off
+
+
+def shares_reward_base(cfg: PPOConfig) -> bool:
+    """The reward model is the LoRA critic's base with the adapters off: the critic starts from the
+    one reward model (critic.init=reward, no critic.path) and trains adapters."""
+    return (cfg.critic.lora.enabled and cfg.critic.init == "reward" and not cfg.critic.path
+            and len(cfg.reward.models) == 1 and not cfg.critic.shared_trunk)
 
 
 def _reward_members(reward) -> list[ModelReward]:
@@ -131,41 +156,61 @@ def optimizer_specs(cfg: PPOConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
 
 
 def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, reward, tokenizer,
-               settings: EngineSettings | None = None) -> Roles:
+               settings: EngineSettings | None = None, adapters: dict | None = None) -> Roles:
     """The roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model.
 
     With ``critic.shared_trunk`` the critic is a value head on the actor: ``critic_model`` is
     that :class:`ValueHead`, or None or any other model, which is then replaced by a fresh head.
+    With ``lora``, ``reference_model`` None means the actor's base with its adapters off;
+    ``adapters`` ({"actor", "critic"}: a directory or None) are loaded instead of fresh ones.
     """
     settings = settings or engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
+    adapters = adapters or {}
     if isinstance(reward, torch.nn.Module):
         reward = ModelReward(InferenceEngine(reward, settings.device, settings.precision))
+    if reward == SHARED_WITH_CRITIC and not (cfg.critic.lora.enabled and not cfg.critic.shared_trunk):
+        raise ValueError("a reward shared with the critic's base needs LoRA on a separate critic (critic.lora.r > 0)")
     shared = cfg.critic.shared_trunk
     if shared and not isinstance(critic_model, ValueHead):
         critic_model = ValueHead(actor_model.config.hidden_size)
-    trunks = [actor_model, reference_model, *(m.model for m in _reward_members(reward))]
+    if reference_model is None and not cfg.lora.enabled:
+        raise ValueError("reference_model None needs LoRA on the actor (lora.r > 0): the reference is its base")
+    trunks = [actor_model, *([reference_model] if reference_model is not None else []),
+              *(m.model for m in _reward_members(reward))]
     if not shared:
         trunks.append(critic_model)
     if not cfg.ppo.trim_last_layer:
         for model in trunks:
             last_layer.run_in_full(model)
     prepared = prepare_models(trunks, settings)
+    actor_model = trainable(actor_model, cfg.lora, adapters.get("actor"), cfg.gradient_checkpointing, False, "lora")
+    if not shared:
+        critic_model = trainable(critic_model, cfg.critic.lora, adapters.get("critic"),
+                                  cfg.critic.gradient_checkpointing, True, "critic.lora")
     actor_spec, critic_spec = optimizer_specs(cfg)
     trained = PolicyWithValueHead(actor_model, critic_model) if shared else actor_model
     engine = dict(device=settings.device, precision=settings.precision, on_nonfinite=settings.on_nonfinite,
                   compile=settings.compile)
-    actor = Actor(TrainingEngine(trained, actor_spec, **engine), cfg.rollout.temperature,
-                  use_captured=cfg.rollout.capture_logprobs)
+    actor_engine = TrainingEngine(trained, actor_spec, **engine)
+    actor = Actor(actor_engine, cfg.rollout.temperature, use_captured=cfg.rollout.capture_logprobs)
     critic = SharedTrunkCritic(actor) if shared else Critic(TrainingEngine(critic_model, critic_spec, **engine))
-    reference = Reference(InferenceEngine(reference_model, settings.device, settings.precision),
-                          cfg.rollout.temperature)
-    rollout = engine_class(cfg.rollout.engine)(actor_model, tokenizer, autocast=settings.precision.autocast,
+    if reward == SHARED_WITH_CRITIC:
+        name = cfg.reward.models[0] if cfg.reward.models else "reward model"
+        reward = ModelReward(AdapterOffEngine(critic.engine, critic_model), name)
+    if reference_model is None:
+        reference_engine = AdapterOffEngine(actor_engine, actor_model)
+    else:
+        reference_engine = InferenceEngine(reference_model, settings.device, settings.precision)
+    reference = Reference(reference_engine, cfg.rollout.temperature)
+    rollout = engine_class(cfg.rollout.engine)(unwrap(actor_model), tokenizer, autocast=settings.precision.autocast,
                                               capture=cfg.rollout.capture_logprobs,
                                               decode_context=prepared.decode_context)
     policy = cfg.model.name_or_path
-    contexts = {policy: context_length(actor_model), (cfg.reference or policy): context_length(reference_model)}
+    contexts = {policy: context_length(unwrap(actor_model))}
+    if reference_model is not None:
+        contexts[cfg.reference or policy] = context_length(reference_model)
     if not shared:
-        contexts[cfg.critic.path or "the critic"] = context_length(critic_model)
+        contexts[cfg.critic.path or "the critic"] = context_length(unwrap(critic_model))
     for member in _reward_members(reward):
         contexts[member.name] = context_length(member.model)
     return Roles(actor, reference, critic, reward, rollout, tokenizer, contexts, prepared.linear_backend)

@@ -58,7 +58,12 @@ class Critic:
         self.engine.load_state_dict(state)
 
     def save_pretrained(self, directory, **kwargs) -> None:
+        """A checkpoint: the model, or its LoRA adapters (with the trained head) alone."""
         self.engine.save_pretrained(directory, **kwargs)
+
+    def export(self, directory) -> None:
+        """The run's final critic (LoRA: merged, with the adapter in ``adapter/``)."""
+        self.engine.export(directory)
 
 
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -143,4 +148,7 @@ class SharedTrunkCritic:
         pass
 
     def save_pretrained(self, directory, **kwargs) -> None:
+        self.head.save_pretrained(directory)
+
+    def export(self, directory) -> None:
         self.head.save_pretrained(directory)

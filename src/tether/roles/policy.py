@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from tether.models.forward import logprobs_from_hidden, response_hidden
+from tether.models.lora import unwrap
 from tether.types import Experience, Rollout
 
 
@@ -38,10 +39,21 @@ class PolicyWithValueHead(torch.nn.Module):
     def save_pretrained(self, directory, **kwargs) -> None:
         self.policy.save_pretrained(directory, **kwargs)
 
+    def export(self, directory) -> None:
+        """The final LM: merged with its LoRA adapters (saved in ``adapter/``) when it has them."""
+        from tether.models.lora import is_peft, save_merged
+
+        if is_peft(self.policy):
+            save_merged(self.policy, directory)
+            self.policy = self.policy.get_base_model()
+        else:
+            self.policy.save_pretrained(directory)
+
 
 def causal_lm(module: torch.nn.Module) -> torch.nn.Module:
-    """The causal LM inside an engine's module (the module itself, or a value-head wrapper's policy)."""
-    return module.policy if isinstance(module, PolicyWithValueHead) else module
+    """The causal LM inside an engine's module (the module itself, or a value-head wrapper's
+    policy; a LoRA model's base with its adapters injected)."""
+    return unwrap(module.policy if isinstance(module, PolicyWithValueHead) else module)
 
 
 def policy_forward(module, rollout: Rollout, temperature: float, with_entropy: bool, autocast: str,
@@ -156,4 +168,9 @@ class Actor(Reference):
         self.engine.load_state_dict(state)
 
     def save_pretrained(self, directory, **kwargs) -> None:
+        """A checkpoint: the model, or its LoRA adapters alone."""
         self.engine.save_pretrained(directory, **kwargs)
+
+    def export(self, directory) -> None:
+        """The run's final policy (LoRA: merged, with the adapter in ``adapter/``)."""
+        self.engine.export(directory)

@@ -29,10 +29,10 @@ class ModelReward:
     """
 
     def __init__(self, model_or_engine, name: str = "reward model", autocast: str = "none"):
-        from tether.engines import InferenceEngine
+        from tether.engines import AdapterOffEngine, InferenceEngine
 
         engine = model_or_engine
-        if not isinstance(engine, InferenceEngine):
+        if not isinstance(engine, (InferenceEngine, AdapterOffEngine)):
             device = next(model_or_engine.parameters()).device
             engine = InferenceEngine(model_or_engine, device, "fp32" if autocast in (None, "none") else autocast)
         self.engine = engine

@@ -1,0 +1,112 @@
+"""PPO's memory on paper: the four roles' weights, gradients and optimiser state for real model
+sizes, full-parameter against LoRA, fp32 against bf16 weights. Activations are left out (they
+scale with batch × sequence and gradient checkpointing cuts them). Prints a markdown table.
+
+    python benchmarks/memory_model.py [--rank 16]
+
+The formula, per parameter (B = bytes):
+
+| recipe | trained parameter | frozen parameter |
+| --- | --- | --- |
+| fp32 (tether's default: fp32 weights, gradients, AdamW's two moments) | 4 + 4 + 8 = 16 B | 4 B |
+| bf16 weights (bf16 weights and gradients, fp32 AdamW moments) | 2 + 2 + 8 = 12 B | 2 B |
+
+Full-parameter PPO trains the actor and the critic and keeps a frozen reference and reward
+model: 2 × N × 16 + 2 × N × 4 (fp32). With LoRA on the actor and the critic, their bases are
+frozen, only the adapters (r × (in + out) per adapted linear layer, every linear layer of the
+decoder) train, the reference is the actor's base with the adapters off and the reward model
+the critic's (the critic starts from it): 2 × N × 4 + 2 × A × 16. ``run.precision=bf16`` (autocast) keeps fp32 master weights: it is the fp32 row;
+the bf16 row is ``model.dtype=bfloat16``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    hidden: int
+    layers: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied: bool
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def linears(self) -> list[tuple[int, int]]:
+        """(in, out) of every linear layer of one decoder layer (q, k, v, o, gate, up, down)."""
+        h, kv = self.hidden, self.kv_heads * self.head_dim
+        return [(h, h), (h, kv), (h, kv), (h, h), (h, self.ffn), (h, self.ffn), (self.ffn, h)]
+
+    def trunk(self) -> int:
+        """Decoder parameters: embeddings, layers (linears, q/k/v biases as in Qwen2, two norms), final norm."""
+        kv = self.kv_heads * self.head_dim
+        per_layer = sum(i * o for i, o in self.linears()) + (self.hidden + 2 * kv) + 2 * self.hidden
+        return self.vocab * self.hidden + self.layers * per_layer + self.hidden
+
+    def causal_lm(self) -> int:
+        return self.trunk() + (0 if self.tied else self.vocab * self.hidden)
+
+    def scalar_model(self) -> int:
+        return self.trunk() + self.hidden  # the score head, hidden × 1
+
+    def lora(self, rank: int) -> int:
+        return self.layers * sum(rank * (i + o) for i, o in self.linears())
+
+
+QWEN = [
+    Arch("Qwen2.5-0.5B", hidden=896, layers=24, ffn=4864, heads=14, kv_heads=2, vocab=151936, tied=True),
+    Arch("Qwen2.5-7B", hidden=3584, layers=28, ffn=18944, heads=28, kv_heads=4, vocab=152064, tied=False),
+]
+RECIPES = {"fp32": (16, 4), "bf16 weights": (12, 2)}  # bytes per trained / frozen parameter
+
+
+def ppo_bytes(arch: Arch, recipe: str, rank: int | None) -> dict:
+    """Bytes per role: actor, reference, critic (from the reward model), reward model."""
+    trained, frozen = RECIPES[recipe]
+    lm, scalar = arch.causal_lm(), arch.scalar_model()
+    if rank is None:
+        return {"actor": lm * trained, "reference": lm * frozen, "critic": scalar * trained, "reward": scalar * frozen}
+    adapters = arch.lora(rank)
+    head = arch.hidden  # the critic's head trains in full beside its adapters
+    # The reference is the actor's base and the reward model the critic's (adapters off).
+    return {"actor": lm * frozen + adapters * trained, "reference": 0,
+            "critic": scalar * frozen + (adapters + head) * trained, "reward": 0}
+
+
+def table(rank: int) -> str:
+    gb = 1e9
+    rows = ["| model | parameters (LM) | recipe | training | actor | reference | critic | reward | total |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for arch in QWEN:
+        for recipe in RECIPES:
+            for label, r in (("full", None), (f"LoRA r={rank}", rank)):
+                b = ppo_bytes(arch, recipe, r)
+                cells = " | ".join(f"{b[k] / gb:.2f}" for k in ("actor", "reference", "critic", "reward"))
+                rows.append(f"| {arch.name} | {arch.causal_lm() / 1e9:.2f} B | {recipe} | {label} | {cells} | "
+                            f"**{sum(b.values()) / gb:.1f}** |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rank", type=int, default=16)
+    args = parser.parse_args()
+    print(f"GB per role (weights + gradients + optimiser state; activations excluded); LoRA r={args.rank} on every "
+          "linear layer of the decoder.\n")
+    print(table(args.rank))
+    for arch in QWEN:
+        print(f"\n{arch.name}: {arch.causal_lm():,} parameters (causal LM), {arch.scalar_model():,} (scalar model), "
+              f"{arch.lora(args.rank):,} LoRA r={args.rank} adapter parameters "
+              f"({arch.lora(args.rank) / arch.causal_lm():.2%}).")
+
+
+if __name__ == "__main__":
+    main()

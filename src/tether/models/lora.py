@@ -1,0 +1,161 @@
+"""LoRA adapters through peft: wrapping a model, loading an adapter, merged saving.
+
+With LoRA a model's base weights stay frozen and only low-rank adapters (plus any
+``modules_to_save``, and a scalar model's head) train, so the optimiser state is small and
+the base can serve a second role with the adapters switched off: PPO's reference is the
+actor's base (:meth:`peft.PeftModel.disable_adapter`). A run's final model is saved merged
+(base + adapters, a plain Hugging Face checkpoint) with the adapter beside it in ``adapter/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from tether.errors import ConfigError, ModelError
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_DIR = "adapter"  # where a run's final adapter goes, inside the merged model's directory
+
+
+def is_peft(model) -> bool:
+    """A peft model (adapters injected into a base model)."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
+
+
+def unwrap(model):
+    """The Hugging Face model inside a peft model (adapters included), else the model itself.
+
+    The forward helpers run its decoder trunk (``base_model``) and heads as with any model.
+    """
+    return model.get_base_model() if is_peft(model) else model
+
+
+def is_adapter_dir(path: str | os.PathLike) -> bool:
+    """A directory holding a LoRA adapter and no full model."""
+    path = Path(path).expanduser()
+    return (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()
+
+
+def linear_names(model) -> list[str]:
+    """The distinct last name parts of ``model``'s linear layers (what ``target_modules`` may name)."""
+    from transformers.pytorch_utils import Conv1D
+
+    names = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))}
+    return sorted(names)
+
+
+def wrap_lora(model, lora, scalar: bool, key: str = "lora"):
+    """``model`` with fresh LoRA adapters per the ``lora:`` block (or the adapter ``lora.adapter``),
+    trainable; for a scalar model (reward model, critic) its head trains in full too.
+
+    Errors name the config key: target modules that match nothing (with the model's linear
+    layers listed), a model peft cannot wrap, an adapter path that holds no adapter.
+    """
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if lora.adapter:
+        return load_adapter(model, lora.adapter, trainable=True, key=f"{key}.adapter")
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                        target_modules=_targets(lora.target_modules), modules_to_save=list(lora.modules_to_save) or None,
+                        task_type="SEQ_CLS" if scalar else "CAUSAL_LM")
+    try:
+        wrapped = get_peft_model(model, config)
+    except Exception as err:  # noqa: BLE001 - peft's errors become one paragraph naming the key
+        reason = " ".join(str(err).split())[:300]
+        if type(err).__name__ == "NoMatchingPeftModuleError" or "not found in the base model" in reason:
+            raise ConfigError(
+                f"Config key '{key}.target_modules' = {list(lora.target_modules)}: no layer of "
+                f"{type(model).__name__} matches. Its linear layers are named {', '.join(linear_names(model))} "
+                "(or use 'all-linear')."
+            ) from None
+        raise ModelError(f"peft cannot put LoRA adapters on {type(model).__name__} ({key}): "
+                         f"{type(err).__name__}: {reason}") from None
+    _record_base(wrapped)
+    assert isinstance(wrapped, PeftModel)
+    return wrapped
+
+
+def _targets(names: list[str]):
+    """peft's ``target_modules``: the special 'all-linear' as the string peft expects."""
+    return "all-linear" if list(names) == ["all-linear"] else list(names)
+
+
+def _record_base(model) -> None:
+    """Write the base model's absolute path into the adapter config, so that
+    ``PeftModel.from_pretrained`` finds the base from any directory."""
+    for config in model.peft_config.values():
+        base = config.base_model_name_or_path
+        if base and Path(base).expanduser().exists():
+            config.base_model_name_or_path = str(Path(base).expanduser().resolve())
+
+
+def load_adapter(model, path: str, trainable: bool, key: str = "lora.adapter"):
+    """``model`` with the adapter saved in ``path`` (a LoRA run's ``adapter/``, or a checkpoint's)."""
+    from peft import PeftModel
+
+    where = Path(path).expanduser()
+    if not (where / ADAPTER_CONFIG).is_file():
+        full = (where / "config.json").is_file()
+        raise ModelError(
+            f"'{path}' ({key}) holds no LoRA adapter ({ADAPTER_CONFIG})"
+            + (": it is a full model; give it as the model itself (model.name_or_path), or its adapter/ "
+               "directory." if full else "; expected the adapter/ directory a LoRA run writes.")
+        )
+    try:
+        wrapped = PeftModel.from_pretrained(model, str(where), is_trainable=trainable)
+    except Exception as err:  # noqa: BLE001
+        reason = " ".join(str(err).split())[:300]
+        raise ModelError(f"Could not load the LoRA adapter '{path}' ({key}) onto {type(model).__name__}: "
+                         f"{type(err).__name__}: {reason}") from None
+    _record_base(wrapped)
+    return wrapped
+
+
+def adapter_base(path: str | os.PathLike) -> str | None:
+    """The base model an adapter directory names (``base_model_name_or_path``)."""
+    try:
+        return json.loads((Path(path) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError):
+        return None
+
+
+def save_merged(model, directory) -> None:
+    """A final model: the adapter into ``directory/adapter`` (loads with ``PeftModel.from_pretrained``),
+    then base + adapter merged into ``directory`` (a plain Hugging Face checkpoint). Merging
+    replaces the adapters in ``model`` for good: call it last."""
+    directory = Path(directory)
+    model.save_pretrained(directory / ADAPTER_DIR)
+    model.merge_and_unload().save_pretrained(directory)
+
+
+def trainable(model, lora, adapter: str | os.PathLike | None = None, checkpointing: bool = False,
+              scalar: bool = False, key: str = "lora"):
+    """A model ready to train: LoRA adapters per the ``lora:`` block (fresh, or loaded from
+    ``adapter``, a checkpoint's) and gradient checkpointing when asked; unchanged otherwise."""
+    from tether.models.loading import enable_gradient_checkpointing
+
+    if lora.enabled:
+        model = load_adapter(model, str(adapter), True, key) if adapter else wrap_lora(model, lora, scalar, key)
+    if checkpointing:
+        enable_gradient_checkpointing(model, key.replace("lora", "gradient_checkpointing"))
+    return model
+
+
+def parameter_bytes(module: torch.nn.Module, trainable_only: bool = False, seen: set | None = None) -> int:
+    """Bytes of ``module``'s parameters (only the trainable ones if asked); storage already in
+    ``seen`` (data pointers) is not counted again, and what is counted is added to it."""
+    seen = set() if seen is None else seen
+    total = 0
+    for p in module.parameters():
+        if trainable_only and not p.requires_grad:
+            continue
+        ptr = p.untyped_storage().data_ptr()
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        total += p.untyped_storage().nbytes()
+    return total

@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tether.distributed.collectives import all_gather_objects, all_reduce, barrier
 from tether.errors import TetherError
 from tether.runs import MANIFEST, atomic_write_dir
+from tether.runtime import rank, world_size
 
 CHECKPOINTS = "checkpoints"
 
@@ -32,15 +34,35 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def set_rank_rng_state(state: dict) -> None:
+    """This rank's RNG state from a checkpoint's: its own when the world size is the one that wrote
+    it; otherwise (a different world size) rank 0's state, reseeded per rank by the loops."""
+    per_rank = state.get("rng_ranks")
+    if per_rank is not None and len(per_rank) == world_size():
+        set_rng_state(per_rank[rank()])
+    else:
+        set_rng_state(state["rng"])
+
+
 def _assert_finite(models: dict) -> None:
+    """Every weight finite on every rank (under FSDP each rank checks its own shards)."""
+    bad = None
     for name, model in models.items():
         weights = model.named_weights() if hasattr(model, "named_weights") else model.named_parameters()
         for pname, p in weights:
-            if not torch.isfinite(p).all():
-                raise TetherError(
-                    f"Refusing to write a checkpoint: {name} parameter '{pname}' holds NaN/Inf. "
-                    "The previous complete checkpoint is kept."
-                )
+            local = p.to_local() if hasattr(p, "to_local") else p
+            if not torch.isfinite(local).all():
+                bad = (name, pname)
+                break
+        if bad:
+            break
+    found = all_gather_objects(bad)
+    bad = next((b for b in found if b is not None), None)
+    if bad is not None:
+        raise TetherError(
+            f"Refusing to write a checkpoint: {bad[0]} parameter '{bad[1]}' holds NaN/Inf. "
+            "The previous complete checkpoint is kept."
+        )
 
 
 def save_checkpoint(run_dir: str | Path, step: int, models: dict, tokenizer, state: dict, keep: int = 2) -> Path:
@@ -48,18 +70,30 @@ def save_checkpoint(run_dir: str | Path, step: int, models: dict, tokenizer, sta
 
     ``models``: name -> anything with ``save_pretrained(dir)`` and ``named_weights()`` (a role or
     an engine) or ``named_parameters()`` (a model).
+
+    Data parallel: called on every rank (``state`` already gathered: rank 0's is whole); the
+    models gather their weights to rank 0 (``save_pretrained(None)`` on the others), which alone
+    writes; every rank's RNG state is kept; all ranks leave when the checkpoint is complete.
     """
     _assert_finite(models)
     final = Path(run_dir) / CHECKPOINTS / f"step-{step:06d}"
+    rngs = all_gather_objects(rng_state())
+    if rank() != 0:
+        for model in models.values():
+            model.save_pretrained(None)
+        barrier()
+        return final
 
     def write(tmp: Path) -> None:
         for name, model in models.items():
             model.save_pretrained(tmp / name)
             tokenizer.save_pretrained(tmp / name)
-        torch.save({**state, "rng": rng_state(), "step": step}, tmp / "trainer_state.pt")
+        torch.save({**state, "rng": rngs[0], "rng_ranks": rngs, "world_size": len(rngs), "step": step},
+                   tmp / "trainer_state.pt")
 
     atomic_write_dir(final, write, {"step": step, "models": sorted(models)})
     prune(run_dir, keep)
+    barrier()
     return final
 
 
@@ -101,7 +135,7 @@ def truncate_jsonl(path: str | Path, step: int, stage: str | None = None, key: s
     The step is read from ``key``, else ``step``, else ``iteration``. Lines cut by a kill are dropped.
     """
     path = Path(path)
-    if not path.exists():
+    if not path.exists() or rank() != 0:  # data parallel: rank 0 alone writes
         return
     kept = []
     for line in path.read_text(encoding="utf-8").splitlines():

@@ -100,6 +100,10 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
     ``overwrite``: a user must never silently mix two runs' metrics and checkpoints.
     Without ``resume`` the run starts fresh: old metrics and checkpoints are removed.
     """
+    from tether.runtime import is_main
+
+    if not is_main():  # data parallel: rank 0 alone writes (begin_run checked the directory on rank 0)
+        return Path(out).expanduser()
     out = check_run_dir(out, cfg, stage, overwrite, resume)
     guard = _PREPARED.get()
     if guard is not None:
@@ -227,11 +231,15 @@ def _take_back(p: _Prepared) -> None:
 
 
 def guarded_run(stage_fn):
-    """Decorate a stage ``fn(cfg, ...)``: it runs inside :func:`removed_on_early_failure`."""
+    """Decorate a stage ``fn(cfg, ...)``: it runs inside :func:`removed_on_early_failure` (and,
+    launched by torchrun, inside its process group)."""
 
     @functools.wraps(stage_fn)
     def run(cfg, *args, **kwargs):
-        with removed_on_early_failure():
+        from tether.distributed import init_distributed
+
+        # Under torchrun: the process group for the stage, and a lost rank named when a collective fails.
+        with init_distributed(cfg), removed_on_early_failure():
             return stage_fn(cfg, *args, **kwargs)
 
     return run

@@ -82,6 +82,25 @@ class CPUConfig:
 
 
 @dataclass(frozen=True)
+class DistributedConfig:
+    """Data parallel over several processes, launched with torchrun (docs/distributed.md). One
+    process (no torchrun) ignores this block."""
+
+    strategy: Literal["ddp", "fsdp"] = option(
+        "ddp",
+        "How the trained model is spread over ranks: ddp = a whole copy per rank, gradients all-reduced "
+        "(DistributedDataParallel); fsdp = weights, gradients and optimiser state sharded over ranks and "
+        "gathered layer by layer (FSDP2 fully_shard). PPO's critic may differ: critic.strategy.",
+    )
+    timeout_s: float = option(
+        600.0, "Seconds a collective waits for the other ranks before the run stops with an error naming "
+               "the lost rank.", gt=0,
+    )
+    backend: Literal["auto", "gloo", "nccl"] = option(
+        "auto", "torch.distributed backend: auto = nccl when run.device is CUDA, else gloo.")
+
+
+@dataclass(frozen=True)
 class LoRAConfig:
     """LoRA adapters through peft: the base weights stay frozen and only the adapters (and
     ``modules_to_save``) train. Off with r = 0 (full-parameter training)."""

@@ -9,6 +9,7 @@ from tether.config.base import FLOAT32_MAX, option, section
 from tether.config.common import (
     CPUConfig,
     DataConfig,
+    DistributedConfig,
     LoRAConfig,
     ModelConfig,
     OptimConfig,
@@ -42,6 +43,7 @@ class SFTConfig:
                "memory, ~30% more compute. Same losses and gradients.",
     )
     cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
+    distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
 
     MOVED_KEYS = SUPERVISED_MOVED_KEYS
 
@@ -76,6 +78,7 @@ class RewardModelConfig:
                "memory, ~30% more compute. Same losses and gradients.",
     )
     cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
+    distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
 
     MOVED_KEYS = SUPERVISED_MOVED_KEYS
 
@@ -141,6 +144,8 @@ class CriticConfig:
         "task it learned less than the default critic (docs/performance.md).",
     )
     lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the critic, its value head trained in full (r = 0: off).")
+    strategy: Literal["ddp", "fsdp"] | None = option(
+        None, "The critic's data-parallel strategy under torchrun; null = distributed.strategy.")
     gradient_checkpointing: bool = option(
         False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
                "memory, ~30% more compute. Same losses and gradients.",
@@ -319,6 +324,7 @@ class PPOConfig:
         False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
                "memory, ~30% more compute. Same losses and gradients.",
     )
+    distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
 
     MOVED_KEYS = {**SUPERVISED_MOVED_KEYS,
                   "ppo.autocast": ("run.precision", {"none": "fp32", "bf16": "bf16"}),

@@ -91,6 +91,8 @@ def grad_norm(parameters, max_norm: float | None) -> float:
         return 0.0
     grads = [p.grad for p in params]
     total = torch.nn.utils.get_total_norm(grads)
+    if hasattr(total, "full_tensor"):  # FSDP: sharded gradients give a partial (DTensor) norm
+        total = total.full_tensor()
     # clip_grad_norm_ multiplies by min(1, coef) always; skipping the multiply by exactly 1 saves a
     # pass over every gradient and changes nothing.
     if max_norm and not float(max_norm / (total + 1e-6)) >= 1.0:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tether.runtime import Precision, resolve_device
+from tether.distributed.process import local_rank
+from tether.runtime import Precision, resolve_device, world_size
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,10 @@ class EngineSettings:
 def engine_settings(cfg, compile: bool | str = False) -> EngineSettings:
     """The settings of a stage config (``run.device``, ``run.precision``, ``run.on_nonfinite``,
     ``cpu``); ``run.device`` naming a device this machine lacks is a ConfigError here."""
-    return EngineSettings(device=resolve_device(cfg.run.device), precision=Precision(cfg.run.precision),
+    device = resolve_device(cfg.run.device)
+    if device.type == "cuda" and device.index in (None, 0) and cfg.run.device in ("auto", "cuda") and world_size() > 1:
+        device = torch.device("cuda", local_rank())  # torchrun: one GPU per local rank
+    return EngineSettings(device=device, precision=Precision(cfg.run.precision),
                           on_nonfinite=cfg.run.on_nonfinite, compile=compile, cpu=getattr(cfg, "cpu", None))
 
 

@@ -165,8 +165,10 @@ class Alarm:
 
 def append_alarms(path: str | Path, alarms: Iterable[Alarm]) -> None:
     """Append alarms to ``path`` (``alarms.jsonl``), one JSON object per line; no-op when empty."""
+    from tether.runtime import is_main
+
     alarms = list(alarms)
-    if not alarms:
+    if not alarms or not is_main():  # data parallel: rank 0 alone writes
         return
     with open(path, "a", encoding="utf-8") as f:
         for alarm in alarms:

@@ -16,6 +16,8 @@ from tqdm.auto import tqdm
 
 from tether.errors import ConfigError
 from tether.checkpoint import latest_checkpoint
+from tether.distributed.collectives import barrier, on_main
+from tether.runtime import rank, world_size
 from tether.metrics import MetricsLogger
 from tether.models.loading import context_length
 from tether.runs import (
@@ -39,11 +41,42 @@ def begin_run(cfg, stage: str, resume: bool) -> Path | None:
     if cfg.run.threads == 0:
         notice(f"{threads} torch thread{'s' if threads > 1 else ''} ({why}).")
     seed_everything(cfg.run.seed)
-    check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
-    ckpt = latest_checkpoint(cfg.run.out) if resume else None
+    check_data_parallel(cfg, stage)
+
+    def check() -> Path | None:
+        check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
+        return latest_checkpoint(cfg.run.out) if resume else None
+
+    ckpt = on_main(check)  # data parallel: rank 0 checks and picks the checkpoint, every rank follows
     if resume and ckpt is None:
         notice(f"no complete checkpoint in '{cfg.run.out}' yet: the run starts from the beginning.")
     return ckpt
+
+
+def check_data_parallel(cfg, stage: str) -> None:
+    """Under torchrun: every global batch size must split evenly over the ranks (a ConfigError
+    naming the key, its value and the world size otherwise); FSDP does not take fp16."""
+    world = world_size()
+    if world == 1:
+        return
+    if hasattr(cfg, "rollout"):
+        p = cfg.ppo
+        sizes = {"rollout.batch_size": cfg.rollout.batch_size, "ppo.minibatch_size": p.minibatch_size,
+                 "ppo.minibatch_size / ppo.grad_accum_steps": p.minibatch_size // p.grad_accum_steps}
+        strategies = {cfg.distributed.strategy, cfg.critic.strategy or cfg.distributed.strategy}
+    else:
+        o = cfg.optim
+        sizes = {"optim.batch_size": o.batch_size, "optim.batch_size / optim.grad_accum_steps": o.batch_size // o.grad_accum_steps}
+        strategies = {cfg.distributed.strategy}
+    for key, value in sizes.items():
+        if value % world:
+            raise ConfigError(
+                f"Config key '{key}' = {value} does not divide by the world size {world} (torchrun's processes): "
+                f"each rank takes an equal share of every batch; expected a multiple of {world}.")
+    if "fsdp" in strategies and cfg.run.precision == "fp16":
+        raise ConfigError("Config key 'run.precision' = 'fp16' with distributed.strategy (or critic.strategy) = "
+                          "'fsdp': FSDP here takes fp32 or bf16 (fp16's gradient scaler is not wired for sharded "
+                          "gradients); use bf16, or ddp.")
 
 
 def announce_resume(ckpt: Path | None, step: int, total: int) -> None:
@@ -53,7 +86,10 @@ def announce_resume(ckpt: Path | None, step: int, total: int) -> None:
 
 
 def notice(text: str) -> None:
-    """One line for the user on stderr (above any progress bar): what tether chose and why."""
+    """One line for the user on stderr (above any progress bar): what tether chose and why
+    (rank 0's line alone in a data-parallel run)."""
+    if rank() != 0:
+        return
     tqdm.write(f"tether: {text}", file=sys.stderr)
 
 
@@ -123,7 +159,7 @@ def batch_indices(n: int, batch_size: int, total_steps: int, seed: int, start_st
 
 
 def progress(total: int, desc: str, enabled: bool):
-    return tqdm(total=total, desc=desc, disable=not enabled, file=sys.stderr, dynamic_ncols=True, leave=False)
+    return tqdm(total=total, desc=desc, disable=not enabled or rank() != 0, file=sys.stderr, dynamic_ncols=True, leave=False)
 
 
 def save_final(out: str | Path, model, tokenizer, meta: dict | None = None) -> None:
@@ -133,6 +169,11 @@ def save_final(out: str | Path, model, tokenizer, meta: dict | None = None) -> N
     last, so ``tether_checkpoint.json`` present means the checkpoint at ``out`` is whole.
     """
     out = Path(out)
+    if rank() != 0:  # data parallel: the model gathers its weights for rank 0, which writes
+        export = getattr(model, "export", None)
+        export(None) if export is not None else model.save_pretrained(None)
+        barrier()
+        return
     (out / MANIFEST).unlink(missing_ok=True)
     remove_stale_temps(out)  # a save killed earlier left its staging directories here
 
@@ -147,6 +188,7 @@ def save_final(out: str | Path, model, tokenizer, meta: dict | None = None) -> N
         os.replace(path, out / path.name)
         fault_point("final-move")
     staged.rmdir()
+    barrier()
 
 
 def steps_for(n_examples: int, batch_size: int, epochs: float, max_steps: int | None) -> int:

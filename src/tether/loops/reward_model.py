@@ -13,6 +13,8 @@ import time
 
 import torch
 
+from tether.distributed import all_gather_objects
+from tether.distributed.shard import strided
 from tether.algos import bradley_terry_loss
 from tether.config import RewardModelConfig
 from tether.data import collate_right, load_records, preference_examples, tokenize_preference
@@ -115,12 +117,15 @@ def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: flo
     was_training = model.training
     model.eval()
     chosen, rejected = [], []
-    for start in range(0, len(pairs), batch_size):
-        c, r = pair_scores(model, pairs[start : start + batch_size], pad_id, autocast)
-        chosen.append(c)
-        rejected.append(r)
+    mine = strided(pairs)  # data parallel: each rank scores its share, the scores are gathered
+    for start in range(0, len(mine), batch_size):
+        c, r = pair_scores(model, mine[start : start + batch_size], pad_id, autocast)
+        chosen.append(c.float().cpu())
+        rejected.append(r.float().cpu())
     model.train(was_training)
-    c, r = torch.cat(chosen), torch.cat(rejected)
+    empty = torch.zeros(0)
+    shares = all_gather_objects((torch.cat(chosen) if chosen else empty, torch.cat(rejected) if rejected else empty))
+    c, r = torch.cat([s[0] for s in shares]), torch.cat([s[1] for s in shares])
     return {
         "eval/accuracy": float((c > r).float().mean()),
         "eval/margin": float((c - r).mean()),
@@ -152,7 +157,7 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     model = trainable(model, cfg.lora, ckpt / "model" if ckpt and cfg.lora.enabled else None,
                       cfg.gradient_checkpointing, scalar=True)
     engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
-                            settings.on_nonfinite)
+                            settings.on_nonfinite, strategy=cfg.distributed.strategy)
     engine.config.score_offset = 0.0
     out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume=ckpt is not None)
     if ckpt is None:

@@ -30,6 +30,7 @@ from tether.loops.rl_setup import (
     shape_scores,
 )
 from tether.placement import role
+from tether.runtime import rank_seed
 from tether.types import Experience, Rollout
 
 CHECK = "check/"  # stats the roles report for the loop's invariant checks, not logged
@@ -114,7 +115,8 @@ class RLTrainer:
         submitted together (the placement decides whether they overlap)."""
         p, cfg = self.cfg.ppo, self.cfg
         actor_on = self.iteration >= p.critic_warmup_iters
-        generator = torch.Generator().manual_seed(iteration_seed(cfg.run.seed, self.iteration) + 1)
+        # The minibatch order is the same on every rank (rank 0's seed): each trains on its slice of each.
+        generator = torch.Generator().manual_seed(rank_seed(cfg.run.seed, self.iteration, 0) + 1)
         where = f"iteration {self.iteration + 1}"
         actor_loss, critic_loss = self.algo.actor_loss(self.kl_ctl.value), self.algo.critic_loss()
         steps: list[dict] = []

@@ -11,13 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-from tether.checkpoint import load_trainer_state, save_checkpoint, set_rng_state, truncate_jsonl, truncate_metrics
+from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_jsonl, truncate_metrics
 from tether.eval.health import HealthMonitor, append_alarms
 from tether.loops.common import announce_resume, begin_run, progress, save_final
 from tether.loops.rl import RLTrainer
 from tether.loops.rl_setup import build_evaluator, load_prompt_set, prompt_limit
 from tether.metrics import JsonlWriter, MetricsLogger
+from tether.distributed import broadcast_object
 from tether.placement import make_placement
+from tether.runtime import is_main
 from tether.runs import prepare_run_dir
 from tether.types import Experience
 
@@ -28,7 +30,8 @@ def tqdm_write(text: str) -> None:
     """Print above the progress bar."""
     from tqdm.auto import tqdm
 
-    tqdm.write(text, file=sys.stderr)
+    if is_main():
+        tqdm.write(text, file=sys.stderr)
 
 
 def sample_rows(iteration: int, exp: Experience, n: int) -> list[dict]:
@@ -93,7 +96,7 @@ def _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iterati
         if cfg.run.save_every and it % cfg.run.save_every == 0 and not last:
             state = {"trainer": trainer.state_dict(), "monitor": monitor.state_dict()}
             save_checkpoint(out, it, _trained(trainer), tokenizer, state, cfg.run.keep_checkpoints)
-        if monitor.should_stop:
+        if broadcast_object(monitor.should_stop):  # data parallel: rank 0's monitor decides for all
             tqdm_write(f"stopping: {monitor.stop_reason}")
             break
     bar.close()
@@ -116,7 +119,7 @@ def _restore(out: Path, ckpt: Path, stage: str, trainer: RLTrainer, monitor: Hea
     state = load_trainer_state(ckpt)
     trainer.load_state_dict(state["trainer"])
     monitor.load_state_dict(state["monitor"])
-    set_rng_state(state["rng"])
+    set_rank_rng_state(state)
     truncate_metrics(out, trainer.iteration, stage)
     truncate_jsonl(out / "samples.jsonl", trainer.iteration)
     truncate_jsonl(out / "alarms.jsonl", trainer.iteration)

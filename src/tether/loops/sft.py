@@ -15,7 +15,10 @@ import torch
 from tether.algos import sft_loss, token_logprobs
 from tether.config import SFTConfig
 from tether.data import collate_right, load_records, sft_examples, tokenize_sft
+from tether.distributed import all_reduce
+from tether.distributed.shard import strided
 from tether.errors import DataError
+from tether.runtime import world_size
 from tether.loops.common import (
     LengthLimit,
     begin_run,
@@ -93,7 +96,15 @@ def sft_batch_loss(model, batch: dict, total_tokens: int, autocast: str = "none"
 
 
 def evaluate_sft(model, examples, pad_id: int, batch_size: int, autocast: str = "none") -> float:
-    """Held-out token-mean NLL of ``examples`` (call without gradients, e.g. through ``engine.infer``)."""
+    """Held-out token-mean NLL of ``examples`` (call without gradients, e.g. through ``engine.infer``).
+    Data parallel: each rank scores its share of the examples and the sums are added up."""
+    total, count = sft_eval_sums(model, strided(examples), pad_id, batch_size, autocast)
+    total, count = all_reduce([total, count], "sum") if world_size() > 1 else (total, count)
+    return total / max(count, 1)
+
+
+def sft_eval_sums(model, examples, pad_id: int, batch_size: int, autocast: str = "none") -> tuple[float, int]:
+    """(summed response-token NLL, response tokens) of ``examples``."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -105,7 +116,7 @@ def evaluate_sft(model, examples, pad_id: int, batch_size: int, autocast: str = 
         total += float(sft_batch_loss(model, batch, n, autocast)) * n
         count += n
     model.train(was_training)
-    return total / max(count, 1)
+    return total, count
 
 
 @guarded_run
@@ -132,7 +143,7 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     model = trainable(model, cfg.lora, ckpt / "model" if ckpt and cfg.lora.enabled else None,
                       cfg.gradient_checkpointing)
     engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
-                            settings.on_nonfinite)
+                            settings.on_nonfinite, strategy=cfg.distributed.strategy)
     out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None)
     if ckpt is None:
         log_data_counts(out, "sft", {"train_examples": len(train), "eval_examples": len(evals), **counts})

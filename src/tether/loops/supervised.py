@@ -1,5 +1,7 @@
 """The optimisation loop SFT and the reward model share: batches, accumulation, evaluation,
 checkpoints and exact resume. A stage supplies its training engine, its loss and its evaluation.
+Under torchrun every rank walks the same batches and trains on its slice of each (the engine
+splits them); rank 0 alone logs and writes.
 
 Data order is a pure function of (seed, epoch), so the data cursor is just the step number
 and a resumed run sees exactly the batches an uninterrupted one would.
@@ -12,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.checkpoint import load_trainer_state, save_checkpoint, set_rng_state, truncate_metrics
+from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_metrics
 from tether.engines import TrainingEngine
 from tether.loops.common import announce_resume, batch_indices, progress, save_final
 from tether.metrics import MetricsLogger
@@ -48,7 +50,7 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
         engine.load_state_dict(state["engine"])
         eval_metrics = state.get("eval_metrics", {})
         start = state["step"]
-        set_rng_state(state["rng"])
+        set_rank_rng_state(state)
         truncate_metrics(out, start, job.stage)
     announce_resume(ckpt, start, total_steps)
     logger = MetricsLogger(out, job.stage)
@@ -59,9 +61,9 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
     for step, idx in enumerate(batch_indices(len(job.train), opt.batch_size, total_steps, run.seed, start), start + 1):
         items = [job.train[i] for i in idx.tolist()]
         chunks = [items[lo : lo + micro] for lo in range(0, len(items), micro)]
-        total_weight = sum(job.weight_of(x) for x in items)
-        weights = [sum(job.weight_of(x) for x in chunk) / total_weight for chunk in chunks]
-        result = engine.train_step(chunks, job.loss, weights, f"{job.stage} loss", step)
+        # Each micro-batch (data parallel: each rank's slice of it) weighs its share of the batch.
+        result = engine.train_step(chunks, job.loss, lambda chunk: sum(job.weight_of(x) for x in chunk),
+                                   f"{job.stage} loss", step)
         sums = result["stats"]
         norm = result["grad_norm"] if result["grad_norm"] is not None else float("nan")
         items_seen += len(items)

@@ -21,11 +21,14 @@ class MetricsLogger:
     """Appends one JSON object per call: ``{"stage", "step", "time", <metric>: value, ...}``."""
 
     def __init__(self, run_dir: str | Path, stage: str, tensorboard: bool = False):
+        from tether.runtime import is_main
+
         self.path = Path(run_dir) / "metrics.jsonl"
         self.stage = stage
-        self._file = open(self.path, "a", encoding="utf-8")
+        self.enabled = is_main()  # data parallel: rank 0 alone writes
+        self._file = open(self.path, "a", encoding="utf-8") if self.enabled else None
         self._tb = None
-        if tensorboard:
+        if tensorboard and self.enabled:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -34,6 +37,8 @@ class MetricsLogger:
                 self._tb = None
 
     def log(self, step: int, metrics: dict) -> None:
+        if not self.enabled:
+            return
         row = {"stage": self.stage, "step": step, "time": round(time.time(), 3)}
         row.update({k: _clean(v) for k, v in metrics.items()})
         self._file.write(json.dumps(row) + "\n")
@@ -50,7 +55,8 @@ class MetricsLogger:
         self.close()
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         if self._tb is not None:
             self._tb.close()
 
@@ -74,7 +80,9 @@ class JsonlWriter:
         self.path = Path(path)
 
     def write_many(self, rows: list[dict]) -> None:
-        if not rows:
+        from tether.runtime import is_main
+
+        if not rows or not is_main():  # data parallel: rank 0 alone writes
             return
         with open(self.path, "a", encoding="utf-8") as f:
             for row in rows:

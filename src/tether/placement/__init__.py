@@ -1,13 +1,16 @@
 """Where roles run. The loops hold a :class:`~tether.placement.base.Placement` and role proxies;
-this package decides what is behind them: today every role in this process
-(:class:`~tether.placement.local.LocalPlacement`)."""
+this package decides what is behind them: every role in this process
+(:class:`~tether.placement.local.LocalPlacement`), or in every process of a torchrun launch,
+each taking its share of the batch (:class:`~tether.placement.data_parallel.DataParallelPlacement`)."""
 
 from __future__ import annotations
 
 import logging
 
 from tether.placement.base import Placement, RoleProxy, role
+from tether.placement.data_parallel import DataParallelPlacement
 from tether.placement.local import LocalPlacement
+from tether.runtime import world_size
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +20,7 @@ def local_placement(cfg, roles) -> LocalPlacement:
     the critic's updates run side by side when ``cpu.parallel_roles`` is on and they run on a CPU
     (two threads compiling at once deadlocked in dynamo: not with ``ppo.compile``)."""
     on_cpu = roles.actor.engine.device.type == "cpu"
-    parallel = cfg.cpu.parallel_roles and on_cpu
+    parallel = cfg.cpu.parallel_roles and on_cpu and world_size() == 1
     if parallel and cfg.ppo.compile:
         log.warning("ppo.compile is on: the actor's and the critic's update passes run one after the "
                     "other (cpu.parallel_roles ignored; torch.compile in two threads at once can deadlock).")
@@ -31,7 +34,10 @@ def make_placement(cfg, checkpoint=None):
     from tether.roles.build import build_roles
 
     roles = build_roles(cfg, checkpoint)
-    return local_placement(cfg, roles), roles.tokenizer, roles.contexts
+    placement = local_placement(cfg, roles)
+    if world_size() > 1:  # torchrun: every rank holds the roles and takes its share of each batch
+        placement = DataParallelPlacement(placement, roles.tokenizer.pad_token_id, roles.actor.engine.gathered)
+    return placement, roles.tokenizer, roles.contexts
 
 
-__all__ = ["LocalPlacement", "Placement", "RoleProxy", "local_placement", "make_placement", "role"]
+__all__ = ["DataParallelPlacement", "LocalPlacement", "Placement", "RoleProxy", "local_placement", "make_placement", "role"]

@@ -191,9 +191,10 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     trained = PolicyWithValueHead(actor_model, critic_model) if shared else actor_model
     engine = dict(device=settings.device, precision=settings.precision, on_nonfinite=settings.on_nonfinite,
                   compile=settings.compile)
-    actor_engine = TrainingEngine(trained, actor_spec, **engine)
+    actor_engine = TrainingEngine(trained, actor_spec, strategy=cfg.distributed.strategy, **engine)
     actor = Actor(actor_engine, cfg.rollout.temperature, use_captured=cfg.rollout.capture_logprobs)
-    critic = SharedTrunkCritic(actor) if shared else Critic(TrainingEngine(critic_model, critic_spec, **engine))
+    critic = SharedTrunkCritic(actor) if shared else Critic(
+        TrainingEngine(critic_model, critic_spec, strategy=cfg.critic.strategy or cfg.distributed.strategy, **engine))
     if reward == SHARED_WITH_CRITIC:
         name = cfg.reward.models[0] if cfg.reward.models else "reward model"
         reward = ModelReward(AdapterOffEngine(critic.engine, critic_model), name)

@@ -89,11 +89,17 @@ class ValueHead(torch.nn.Module):
         return scalar_head(self.score, hidden)
 
     def save_pretrained(self, directory) -> None:
+        """Write the head to ``directory``; under FSDP call on every rank (the weights are
+        gathered), with ``directory`` None on the ranks that do not write."""
         from safetensors.torch import save_file
 
+        state = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().contiguous()
+                 for k, v in self.state_dict().items()}
+        if directory is None:
+            return
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, directory / VALUE_HEAD_FILE)
+        save_file(state, directory / VALUE_HEAD_FILE)
         (directory / VALUE_HEAD_CONFIG).write_text(json.dumps({"shared_trunk": True, "hidden_size": self.hidden_size}))
 
     @classmethod

@@ -37,6 +37,9 @@ class PolicyWithValueHead(torch.nn.Module):
         self.value_head = value_head
 
     def save_pretrained(self, directory, **kwargs) -> None:
+        if kwargs.get("state_dict") is not None:  # gathered weights (FSDP): the LM's own, unprefixed
+            kwargs["state_dict"] = {k.removeprefix("policy."): v for k, v in kwargs["state_dict"].items()
+                                    if k.startswith("policy.")}
         self.policy.save_pretrained(directory, **kwargs)
 
     def export(self, directory) -> None:
@@ -70,12 +73,10 @@ def policy_forward(module, rollout: Rollout, temperature: float, with_entropy: b
     return PolicyOutput(logp, entropy, values)
 
 
-def token_weights(micros: list[Experience]) -> list[float]:
-    """Each micro-batch's share of the minibatch's response tokens: token-mean losses then
-    accumulate to exactly the minibatch's token mean."""
-    counts = [float(mb.rollout.response_mask.sum()) for mb in micros]
-    total = sum(counts)
-    return [c / total for c in counts] if total else [1.0 / len(micros)] * len(micros)
+def response_tokens(micro: Experience) -> float:
+    """A micro-batch's size for weighting: its response tokens (token-mean losses then accumulate
+    to exactly the minibatch's token mean, over micro-batches and over ranks)."""
+    return float(micro.rollout.response_mask.sum())
 
 
 def minibatch_steps(engine, exp: Experience, minibatches: list[list[Tensor]], step_loss, name: str, where: str,
@@ -86,7 +87,7 @@ def minibatch_steps(engine, exp: Experience, minibatches: list[list[Tensor]], st
     results = []
     for micro_indices in minibatches:
         micros = [exp.select(index) for index in micro_indices]
-        step = engine.train_step(micros, step_loss, token_weights(micros), name, where)
+        step = engine.train_step(micros, step_loss, response_tokens, name, where)
         stats = {**step["stats"], "optim/skipped_steps": float(step["skipped_steps"])}
         if step["grad_norm"] is not None:
             stats.update({key: step["grad_norm"] for key in norm_keys})

@@ -2,7 +2,7 @@
 sizes, full-parameter against LoRA, fp32 against bf16 weights. Activations are left out (they
 scale with batch × sequence and gradient checkpointing cuts them). Prints a markdown table.
 
-    python benchmarks/memory_model.py [--rank 16]
+    python benchmarks/memory_model.py [--rank 16] [--gpus 8]
 
 The formula, per parameter (B = bytes):
 
@@ -17,6 +17,12 @@ frozen, only the adapters (r × (in + out) per adapted linear layer, every linea
 decoder) train, the reference is the actor's base with the adapters off and the reward model
 the critic's (the critic starts from it): 2 × N × 4 + 2 × A × 16. ``run.precision=bf16`` (autocast) keeps fp32 master weights: it is the fp32 row;
 the bf16 row is ``model.dtype=bfloat16``.
+
+Per GPU under data parallel (``--gpus N``, docs/distributed.md): ``ddp`` keeps every role whole
+on every GPU (the totals above). ``fsdp`` shards the trained models (the actor and the critic:
+weights, gradients and optimiser state, LoRA bases included) over the N GPUs and keeps the
+frozen reference and reward model whole on each; sampling then gathers the whole actor for the
+rollout (its weights once more, at the weights' bytes per parameter), the peak column.
 """
 
 from __future__ import annotations
@@ -81,6 +87,30 @@ def ppo_bytes(arch: Arch, recipe: str, rank: int | None) -> dict:
             "critic": scalar * frozen + (adapters + head) * trained, "reward": 0}
 
 
+def per_gpu_bytes(arch: Arch, recipe: str, rank: int | None, gpus: int, strategy: str) -> tuple[float, float]:
+    """(steady bytes per GPU, peak while sampling) for PPO on ``gpus`` GPUs with ``strategy``."""
+    roles = ppo_bytes(arch, recipe, rank)
+    if strategy == "ddp":
+        total = sum(roles.values())
+        return total, total
+    steady = (roles["actor"] + roles["critic"]) / gpus + roles["reference"] + roles["reward"]
+    weights = arch.causal_lm() * RECIPES[recipe][1]  # the whole actor, gathered to sample
+    return steady, steady + weights * (1 - 1 / gpus)
+
+
+def gpu_table(rank: int, gpus: int) -> str:
+    gb = 1e9
+    rows = [f"| model | recipe | training | ddp per GPU | fsdp per GPU | fsdp peak while sampling |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for arch in QWEN:
+        for recipe in RECIPES:
+            for label, r in (("full", None), (f"LoRA r={rank}", rank)):
+                ddp, _ = per_gpu_bytes(arch, recipe, r, gpus, "ddp")
+                steady, peak = per_gpu_bytes(arch, recipe, r, gpus, "fsdp")
+                rows.append(f"| {arch.name} | {recipe} | {label} | {ddp / gb:.1f} | {steady / gb:.1f} | {peak / gb:.1f} |")
+    return "\n".join(rows)
+
+
 def table(rank: int) -> str:
     gb = 1e9
     rows = ["| model | parameters (LM) | recipe | training | actor | reference | critic | reward | total |",
@@ -98,6 +128,7 @@ def table(rank: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--gpus", type=int, default=0, help="Also print GB per GPU on this many GPUs (ddp, fsdp).")
     args = parser.parse_args()
     print(f"GB per role (weights + gradients + optimiser state; activations excluded); LoRA r={args.rank} on every "
           "linear layer of the decoder.\n")
@@ -106,6 +137,9 @@ def main() -> None:
         print(f"\n{arch.name}: {arch.causal_lm():,} parameters (causal LM), {arch.scalar_model():,} (scalar model), "
               f"{arch.lora(args.rank):,} LoRA r={args.rank} adapter parameters "
               f"({arch.lora(args.rank) / arch.causal_lm():.2%}).")
+    if args.gpus:
+        print(f"\nGB per GPU on {args.gpus} GPUs (weights + gradients + optimiser state; activations excluded):\n")
+        print(gpu_table(args.rank, args.gpus))
 
 
 if __name__ == "__main__":

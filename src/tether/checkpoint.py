@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import shutil
 from pathlib import Path
 
@@ -40,8 +41,16 @@ def set_rank_rng_state(state: dict) -> None:
     per_rank = state.get("rng_ranks")
     if per_rank is not None and len(per_rank) == world_size():
         set_rng_state(per_rank[rank()])
-    else:
-        set_rng_state(state["rng"])
+        return
+    set_rng_state(state["rng"])
+    written = state.get("world_size", 1)
+    if written != world_size() and rank() == 0:
+        from tqdm.auto import tqdm
+
+        tqdm.write(f"tether: this checkpoint was written by {written} process(es) and resumes in {world_size()}: "
+                   "weights, optimiser and schedule continue exactly; each rank now takes a different share of "
+                   "every batch and draws from its own (seed, iteration, rank) stream, so sampled rollouts differ "
+                   f"from an uninterrupted {written}-process run.", file=sys.stderr)
 
 
 def _assert_finite(models: dict) -> None:

@@ -289,9 +289,13 @@ def atomic_write_dir(final: str | Path, write: Callable[[Path], None], meta: dic
 
 def fault_point(name: str) -> None:
     """Fault injection for the kill tests: ``TETHER_FAULT=NAME:K`` SIGKILLs this process the
-    K-th time it reaches the point ``NAME`` (a crash at the worst moment, deterministically)."""
+    K-th time it reaches the point ``NAME`` (a crash at the worst moment, deterministically);
+    ``NAME:K@R`` only the process of rank ``R`` (torchrun's ``RANK``)."""
     spec = os.environ.get("TETHER_FAULT")
     if not spec or not spec.startswith(name + ":"):
+        return
+    spec, _, only_rank = spec.partition("@")
+    if only_rank and os.environ.get("RANK", "0") != only_rank:
         return
     count = _FAULT_COUNTS.get(name, 0) + 1
     _FAULT_COUNTS[name] = count

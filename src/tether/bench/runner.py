@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from tether.runtime import world_size
 from tether.bench.flops import iteration_flops
 from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.profile import profiled_update, summarize_ops
@@ -199,6 +200,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         "ratio_deviation_max": max(r["ratio_deviation"] for r in rows),
         "memory_bytes": role_memory(roles),
         "torch_threads": torch.get_num_threads(),
+        "world_size": world_size(),
         "versions": versions(),
         "cpu": cpu_description() | {"bf16_native": bf16_supported(), "load_avg_1m": _load()},
     }

@@ -43,6 +43,20 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import os
+
+    from tether.distributed import DistributedSession
+
+    # Under torchrun every rank runs the bench's PPO iterations data parallel (gloo on the CPU);
+    # rank 0 reports. It measures the distributed path's overhead, docs/distributed.md.
+    with DistributedSession(device="cpu"):
+        report = _run(args)
+    if os.environ.get("RANK", "0") == "0":
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+def _run(args) -> dict:
     from tether.bench.runner import run_repeated, run_scaling
 
     if args.lora:
@@ -57,5 +71,4 @@ def run(args) -> int:
                               response_length=args.response_length, epochs=args.epochs, threads=args.threads,
                               iterations=args.iterations, seed=args.seed, measure_peak=not args.no_peak,
                               overrides=args.overrides, profile=args.profile)
-    print(json.dumps(report, indent=2))
-    return 0
+    return report

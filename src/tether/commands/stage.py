@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 
@@ -88,8 +89,9 @@ def _finished(args) -> bool:
         meta = {}
     done = meta.get("steps", meta.get("iterations"))
     at = f" (it ended at step {done})" if isinstance(done, int) else ""
-    print(f"tether {args.command}: the run in '{args.resume}' is already complete{at}; nothing to resume.",
-          file=sys.stderr)
+    if os.environ.get("RANK", "0") == "0":
+        print(f"tether {args.command}: the run in '{args.resume}' is already complete{at}; nothing to resume.",
+              file=sys.stderr)
     return True
 
 
@@ -120,6 +122,8 @@ def run_stage(args) -> int:
 
         result = run_ppo(cfg, resume=bool(args.resume))
         result = result["history"][-1] if result["history"] else {}
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports for the run
+        return 0
     printable = {k: v for k, v in result.items() if isinstance(v, (int, float, str)) or v is None}
     print(json.dumps(printable, indent=2))
     print(f"saved: {cfg.run.out}", file=sys.stderr)

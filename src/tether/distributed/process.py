@@ -38,19 +38,27 @@ def backend_for(device: str) -> str:
     return "nccl" if cuda else "gloo"
 
 
+def _exited(pid: int) -> bool:
+    """The process ``pid`` has exited (gone, or a zombie its launcher has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc (not Linux): ask the kernel whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
+
+
 def lost_ranks() -> list[int]:
     """Ranks on this host whose process has exited (ranks on other hosts cannot be checked here)."""
     host = socket.gethostname()
-    gone = []
-    for r, (peer_host, pid) in enumerate(_PEERS):
-        if peer_host == host and pid != os.getpid():
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                gone.append(r)
-            except PermissionError:
-                pass
-    return gone
+    return [r for r, (peer_host, pid) in enumerate(_PEERS) if peer_host == host and pid != os.getpid() and _exited(pid)]
 
 
 def describe_loss(rank: int, world: int, cause: BaseException | None = None) -> str:

@@ -27,6 +27,15 @@ def rank_slice(n: int, rank_index: int | None = None, world: int | None = None) 
     return slice(r * per, (r + 1) * per)
 
 
+def ceil_slice(n: int, rank_index: int | None = None, world: int | None = None) -> slice:
+    """Rank ``rank_index``'s contiguous share of any ``n`` rows: ceil(n / world) each, the last
+    ranks taking fewer (possibly none: an empty slice)."""
+    r = rank() if rank_index is None else rank_index
+    w = world_size() if world is None else world
+    per = -(-n // w)
+    return slice(min(r * per, n), min((r + 1) * per, n))
+
+
 def take(rows, part: slice):
     """Rows ``part`` of a list or a record (dataclass of per-row tensors and lists)."""
     if isinstance(rows, (list, tuple, Tensor)):

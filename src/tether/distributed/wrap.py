@@ -139,9 +139,13 @@ class Wrapped:
 
     def load_optimizer_state(self, optimizer, state: dict) -> None:
         """Load :meth:`optimizer_state`'s format (every rank passes the whole dict)."""
+        import copy
+
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        set_optimizer_state_dict(self.model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+        # The optimiser would otherwise keep (and update) the given dict's tensors, unlike load_state_dict.
+        set_optimizer_state_dict(self.model, optimizer, copy.deepcopy(state),
+                                 options=StateDictOptions(full_state_dict=True))
 
 
 def writes() -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from tether.distributed.collectives import all_reduce
-from tether.distributed.shard import rank_slice, take
+from tether.distributed.shard import ceil_slice, take
 from tether.distributed.wrap import Wrapped, writes
 from tether.engines.optim import NonFiniteGuard, OptimizerSpec, grad_norm, make_optimizer, make_scheduler
 from tether.runtime import Precision, world_size
@@ -165,11 +165,18 @@ class TrainingEngine:
         if weights is not None and not callable(weights):
             raise ValueError("data-parallel train_step needs weights as a function of a micro-batch")
         size = weights if callable(weights) else len
-        parts = [take(mb, rank_slice(len(mb))) for mb in micro_batches]
         total = sum(float(size(mb)) for mb in micro_batches)
-        if not total:
-            return parts, [len(p) / len(mb) / n for p, mb in zip(parts, micro_batches)]
-        return parts, [float(size(p)) / total for p in parts]
+        parts, shares = [], []
+        for mb in micro_batches:
+            rows = ceil_slice(len(mb))
+            if rows.start < rows.stop:
+                part = take(mb, rows)
+                share = float(size(part)) / total if total else (rows.stop - rows.start) / len(mb) / n
+            else:  # fewer rows than ranks (an epoch's last batch): a stand-in row that weighs nothing,
+                part, share = take(mb, slice(len(mb) - 1, len(mb))), 0.0  # so DDP/FSDP still see a backward
+            parts.append(part)
+            shares.append(share)
+        return parts, shares
 
     def last_lr(self) -> float:
         return self.scheduler.get_last_lr()[0]

@@ -28,7 +28,8 @@ def run_ppo(cfg: PPOConfig, on_iteration=None, resume: bool = False) -> dict:
 
 def ppo_trainer(cfg: PPOConfig, roles, prompts) -> RLTrainer:
     """A PPO trainer over roles built in memory (:func:`tether.roles.build.make_roles`), placed in
-    this process: what the benchmark and the tests drive iteration by iteration."""
-    from tether.placement import local_placement
+    this process (or, under torchrun, on every rank): what the benchmark and the tests drive
+    iteration by iteration."""
+    from tether.placement import place_roles
 
-    return RLTrainer(cfg, local_placement(cfg, roles), prompts, PPO(cfg))
+    return RLTrainer(cfg, place_roles(cfg, roles), prompts, PPO(cfg))

@@ -20,7 +20,7 @@ from tether.metrics import JsonlWriter, MetricsLogger
 from tether.distributed import broadcast_object
 from tether.placement import make_placement
 from tether.runtime import is_main
-from tether.runs import prepare_run_dir
+from tether.runs import fault_point, prepare_run_dir
 from tether.types import Experience
 
 SAMPLES_PER_LOG = 4
@@ -76,6 +76,7 @@ def _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iterati
     bar.update(trainer.iteration)
     history, t0 = [], time.perf_counter()
     while trainer.iteration < cfg.ppo.iterations:
+        fault_point("iteration")
         stats = trainer.step()
         it = trainer.iteration
         last = it == cfg.ppo.iterations

@@ -14,10 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_metrics
 from tether.engines import TrainingEngine
 from tether.loops.common import announce_resume, batch_indices, progress, save_final
 from tether.metrics import MetricsLogger
+from tether.runs import fault_point
+from tether.runtime import rank_seed, world_size
 
 
 @dataclass
@@ -59,6 +63,9 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
     bar.update(start)
     t0, items_seen = time.perf_counter(), 0
     for step, idx in enumerate(batch_indices(len(job.train), opt.batch_size, total_steps, run.seed, start), start + 1):
+        fault_point("step")
+        if world_size() > 1:  # each rank's draws (dropout) from (seed, step, rank)
+            torch.manual_seed(rank_seed(run.seed, step))
         items = [job.train[i] for i in idx.tolist()]
         chunks = [items[lo : lo + micro] for lo in range(0, len(items), micro)]
         # Each micro-batch (data parallel: each rank's slice of it) weighs its share of the batch.

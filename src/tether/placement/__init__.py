@@ -28,16 +28,22 @@ def local_placement(cfg, roles) -> LocalPlacement:
     return LocalPlacement(roles.placed(), parallel=parallel)
 
 
+def place_roles(cfg, roles):
+    """The placement of built roles: in this process, or (under torchrun) on every rank, each
+    taking its share of every batch."""
+    placement = local_placement(cfg, roles)
+    if world_size() > 1:
+        placement = DataParallelPlacement(placement, roles.tokenizer.pad_token_id, roles.actor.engine.gathered)
+    return placement
+
+
 def make_placement(cfg, checkpoint=None):
     """The placement of an RL config's roles, built from ``checkpoint`` when resuming; returns
     (placement, the policy's tokenizer, each model's context length by name)."""
     from tether.roles.build import build_roles
 
     roles = build_roles(cfg, checkpoint)
-    placement = local_placement(cfg, roles)
-    if world_size() > 1:  # torchrun: every rank holds the roles and takes its share of each batch
-        placement = DataParallelPlacement(placement, roles.tokenizer.pad_token_id, roles.actor.engine.gathered)
-    return placement, roles.tokenizer, roles.contexts
+    return place_roles(cfg, roles), roles.tokenizer, roles.contexts
 
 
-__all__ = ["DataParallelPlacement", "LocalPlacement", "Placement", "RoleProxy", "local_placement", "make_placement", "role"]
+__all__ = ["DataParallelPlacement", "LocalPlacement", "Placement", "RoleProxy", "local_placement", "make_placement", "place_roles", "role"]

@@ -16,10 +16,11 @@ from torch import Tensor
 from tether.errors import ModelError
 from tether.models.forward import response_values, scalar_head
 from tether.roles.policy import minibatch_steps
+from tether.roles.trained import TrainedRole
 from tether.types import Experience, Rollout
 
 
-class Critic:
+class Critic(TrainedRole):
     """V(s_t) for every response token, from a scalar-head model; read where token t is
     predicted (the position before it, like the log-probs). Trained through its engine."""
 
@@ -51,19 +52,6 @@ class Critic:
     def named_weights(self):
         return self.engine.named_weights()
 
-    def state_dict(self) -> dict:
-        return self.engine.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.engine.load_state_dict(state)
-
-    def save_pretrained(self, directory, **kwargs) -> None:
-        """A checkpoint: the model, or its LoRA adapters (with the trained head) alone."""
-        self.engine.save_pretrained(directory, **kwargs)
-
-    def export(self, directory) -> None:
-        """The run's final critic (LoRA: merged, with the adapter in ``adapter/``)."""
-        self.engine.export(directory)
 
 
 VALUE_HEAD_FILE = "value_head.safetensors"

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from tether.models.forward import logprobs_from_hidden, response_hidden
 from tether.models.lora import unwrap
+from tether.roles.trained import TrainedRole
 from tether.types import Experience, Rollout
 
 
@@ -111,7 +112,7 @@ class Reference:
         return out.logprobs, out.entropy
 
 
-class Actor(Reference):
+class Actor(Reference, TrainedRole):
     """The policy being trained: log-probs of rollouts and the update, through its training engine.
 
     ``use_captured``: the rollout-time log-probs come from the sampling pass when the rollout
@@ -152,26 +153,9 @@ class Actor(Reference):
         norms = ("optim/grad_norm", "optim/critic_grad_norm") if self.shared_trunk else ("optim/grad_norm",)
         return minibatch_steps(e, exp, minibatches, step_loss, "policy loss", where, norms)
 
-    def last_lr(self) -> float:
-        return self.engine.last_lr()
-
     def named_weights(self):
         """The causal LM's weights (for a generation engine that holds its own copy)."""
         prefix = "policy." if self.shared_trunk else ""
         for name, tensor in self.engine.named_weights():
             if name.startswith(prefix):
                 yield name[len(prefix):], tensor
-
-    def state_dict(self) -> dict:
-        return self.engine.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.engine.load_state_dict(state)
-
-    def save_pretrained(self, directory, **kwargs) -> None:
-        """A checkpoint: the model, or its LoRA adapters alone."""
-        self.engine.save_pretrained(directory, **kwargs)
-
-    def export(self, directory) -> None:
-        """The run's final policy (LoRA: merged, with the adapter in ``adapter/``)."""
-        self.engine.export(directory)

@@ -55,15 +55,14 @@ def set_rank_rng_state(state: dict) -> None:
 
 def _assert_finite(models: dict) -> None:
     """Every weight finite on every rank (under FSDP each rank checks its own shards)."""
+    from tether.engines.training import first_nonfinite
+
     bad = None
     for name, model in models.items():
-        weights = model.named_weights() if hasattr(model, "named_weights") else model.named_parameters()
-        for pname, p in weights:
-            local = p.to_local() if hasattr(p, "to_local") else p
-            if not torch.isfinite(local).all():
-                bad = (name, pname)
-                break
-        if bad:
+        # Roles and engines check their own weights where they live (a Ray worker, this rank's shards).
+        found = model.nonfinite() if hasattr(model, "nonfinite") else first_nonfinite(model.named_parameters())
+        if found is not None:
+            bad = (name, found)
             break
     found = all_gather_objects(bad)
     bad = next((b for b in found if b is not None), None)
@@ -77,7 +76,7 @@ def _assert_finite(models: dict) -> None:
 def save_checkpoint(run_dir: str | Path, step: int, models: dict, tokenizer, state: dict, keep: int = 2) -> Path:
     """Write ``RUN/checkpoints/step-N`` atomically, then prune to the last ``keep``.
 
-    ``models``: name -> anything with ``save_pretrained(dir)`` and ``named_weights()`` (a role or
+    ``models``: name -> anything with ``save_pretrained(dir)`` and ``nonfinite()`` (a role or
     an engine) or ``named_parameters()`` (a model).
 
     Data parallel: called on every rank (``state`` already gathered: rank 0's is whole); the

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -21,17 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
-from safetensors.torch import load_file
 
+from run_compare import largest_metric_diff, largest_weight_diff, layout, metrics
 from stage_helpers import rm_overrides, sft_overrides
 
 pytestmark = pytest.mark.slow
 
-# fp32 on one CPU: the ranks' slices sum their gradients in a different order than one process.
-METRIC_ATOL, METRIC_RTOL = 1e-4, 1e-4
-WEIGHT_ATOL = 5e-4  # after lr 1e-3 AdamW steps, whose normalised updates magnify rounding (largest seen: 1e-4)
-SKIPPED = ("time",)
-SKIPPED_PREFIXES = ("timing/", "perf/")
 
 
 def torchrun(args: list[str], nproc: int = 2, env: dict | None = None, timeout: float = 300):
@@ -50,49 +44,6 @@ def one_process(args: list[str], timeout: float = 300):
 
 def ok(proc) -> None:
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in SKIPPED and not k.startswith(SKIPPED_PREFIXES)} for r in rows]
-
-
-def largest_metric_diff(a: Path, b: Path) -> tuple[float, str]:
-    rows_a, rows_b = metrics(a), metrics(b)
-    assert len(rows_a) == len(rows_b), (len(rows_a), len(rows_b))
-    worst = (0.0, "")
-    for ra, rb in zip(rows_a, rows_b):
-        assert ra.keys() == rb.keys(), set(ra) ^ set(rb)
-        for key, va in ra.items():
-            vb = rb[key]
-            if isinstance(va, float) or isinstance(vb, float):
-                diff = abs(va - vb)
-                assert diff <= METRIC_ATOL + METRIC_RTOL * abs(va), f"{key} at step {ra['step']}: {va} vs {vb}"
-                worst = max(worst, (diff, key))
-            else:
-                assert va == vb, f"{key} at step {ra['step']}: {va!r} vs {vb!r}"
-    return worst
-
-
-def weight_files(run_dir: Path) -> list[Path]:
-    return sorted(p.relative_to(run_dir) for p in run_dir.rglob("*.safetensors") if "checkpoints" not in p.parts)
-
-
-def largest_weight_diff(a: Path, b: Path) -> float:
-    files = weight_files(a)
-    assert files and files == weight_files(b)
-    worst = 0.0
-    for rel in files:
-        wa, wb = load_file(str(a / rel)), load_file(str(b / rel))
-        assert wa.keys() == wb.keys(), rel
-        for key in wa:
-            worst = max(worst, float((wa[key].float() - wb[key].float()).abs().max()))
-    assert worst <= WEIGHT_ATOL, worst
-    return worst
-
-
-def layout(run_dir: Path) -> list[str]:
-    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
 
 
 def report(name: str, metric: tuple[float, str], weight: float) -> None:

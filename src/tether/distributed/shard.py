@@ -43,10 +43,11 @@ def take(rows, part: slice):
     return select_rows(rows, torch.arange(part.start, part.stop))
 
 
-def shard_rows(rows, n: int) -> tuple[object, int]:
-    """This rank's share of ``n`` rows (a list or a record), padded to an even split; returns
-    (the share, the padded total)."""
-    w = world_size()
+def shard_rows(rows, n: int, rank_index: int | None = None, world: int | None = None) -> tuple[object, int]:
+    """Rank ``rank_index``'s (default: this process's) share of ``n`` rows (a list or a record),
+    padded to an even split over ``world`` ranks; returns (the share, the padded total)."""
+    w = world_size() if world is None else world
+    r = rank() if rank_index is None else rank_index
     padded = -(-n // w) * w
     if padded != n:
         extra = padded - n
@@ -54,7 +55,7 @@ def shard_rows(rows, n: int) -> tuple[object, int]:
             rows = list(rows) + [rows[-1]] * extra
         else:
             rows = select_rows(rows, torch.cat([torch.arange(n), torch.full((extra,), n - 1)]))
-    return take(rows, rank_slice(padded, rank(), w)), padded
+    return take(rows, rank_slice(padded, r, w)), padded
 
 
 def strided(items: list) -> list:

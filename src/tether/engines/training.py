@@ -187,6 +187,10 @@ class TrainingEngine:
         FSDP each rank's shards, as DTensors)."""
         yield from self.model.state_dict().items()
 
+    def nonfinite(self) -> str | None:
+        """The name of the first weight holding NaN/Inf on this rank (its shards under FSDP), or None."""
+        return first_nonfinite(self.model.state_dict().items())
+
     def state_dict(self) -> dict:
         """Optimiser, schedule, scaler and guard state (the weights are saved by :meth:`save_pretrained`).
 
@@ -236,6 +240,15 @@ class TrainingEngine:
             self.model = self.model.get_base_model()
         else:
             self.save_pretrained(directory)
+
+
+def first_nonfinite(named) -> str | None:
+    """The first name of (name, tensor) pairs whose tensor (a DTensor's local shard) is not all finite."""
+    for name, tensor in named:
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        if local.is_floating_point() and not bool(torch.isfinite(local).all()):
+            return name
+    return None
 
 
 def reduce_stats(stats: dict[str, float]) -> dict[str, float]:

@@ -37,11 +37,29 @@ def place_roles(cfg, roles):
     return placement
 
 
+def make_ray_placement(cfg, checkpoint=None):
+    """(the Ray placement of ``cfg``'s roles, the policy's tokenizer, the models' context lengths)."""
+    from tether.errors import ConfigError
+    from tether.models import load_tokenizer
+    from tether.placement.ray_placement import RayPlacement
+
+    if world_size() > 1:
+        raise ConfigError("Config key 'placement.backend' = 'ray' under torchrun: a Ray placement starts its own "
+                          "processes (placement.ray.<role>.num_workers make data-parallel groups); launch it "
+                          "without torchrun.")
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    placement = RayPlacement(cfg, checkpoint, tokenizer.pad_token_id)
+    return placement, tokenizer, placement.contexts
+
+
 def make_placement(cfg, checkpoint=None):
     """The placement of an RL config's roles, built from ``checkpoint`` when resuming; returns
     (placement, the policy's tokenizer, each model's context length by name)."""
     from tether.roles.build import build_roles
 
+    if cfg.placement.backend == "ray":
+        return make_ray_placement(cfg, checkpoint)
     roles = build_roles(cfg, checkpoint)
     return place_roles(cfg, roles), roles.tokenizer, roles.contexts
 

@@ -36,21 +36,55 @@ class Roles:
     """The roles of an RL run, the policy's tokenizer, and each model's context length (positions,
     or None) by the name the config gives it (for length checks)."""
 
-    actor: Actor
-    reference: Reference
+    actor: Actor | None
+    reference: Reference | None
     critic: Critic | SharedTrunkCritic | None
-    reward: RewardSource
-    rollout: object  # a GenerationEngine sampling from the actor's weights
+    reward: RewardSource | None
+    rollout: object | None  # a GenerationEngine sampling from the actor's weights
     tokenizer: object
     contexts: dict[str, int | None] = field(default_factory=dict)
     linear_backend: str = "aten"
 
     def placed(self) -> dict[str, object]:
-        """The roles by the names a placement serves them under."""
-        named = {"actor": self.actor, "reference": self.reference, "reward": self.reward, "rollout": self.rollout}
-        if self.critic is not None:
-            named["critic"] = self.critic
-        return named
+        """The roles by the names a placement serves them under (those built: a worker of a Ray
+        placement builds only its own group's)."""
+        named = {"actor": self.actor, "reference": self.reference, "reward": self.reward, "rollout": self.rollout,
+                 "critic": self.critic}
+        return {name: role for name, role in named.items() if role is not None}
+
+
+ROLE_NAMES = ("actor", "reference", "critic", "reward")
+
+
+def role_groups(cfg: PPOConfig, colocate: list[list[str]] = ()) -> list[tuple[str, ...]]:
+    """The roles that must share a process, plus ``colocate``'s groups: the rollout engine samples
+    from the actor's weights; a LoRA actor's base is the reference; a shared-trunk critic is a head
+    on the actor; a LoRA critic's base is the reward model. Returns the groups, each sorted, the
+    actor's group first."""
+    parent = {name: name for name in ROLE_NAMES}
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    def join(a, b):
+        parent[find(a)] = find(b)
+
+    if cfg.lora.enabled and not cfg.reference:
+        join("reference", "actor")
+    if cfg.critic.shared_trunk:
+        join("critic", "actor")
+    if shares_reward_base(cfg):
+        join("reward", "critic")
+    for group in colocate:
+        for name in group[1:]:
+            join(name, group[0])
+    groups: dict[str, list[str]] = {}
+    for name in ROLE_NAMES:
+        groups.setdefault(find(name), []).append(name)
+    ordered = sorted((tuple(g) for g in groups.values()), key=lambda g: ("actor" not in g, g))
+    return ordered
 
 
 def _same_vocab(tok_a, tok_b, name: str) -> None:
@@ -82,9 +116,11 @@ def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardS
     return EnsembleReward(members, rcfg.combine, rcfg.std_coef)
 
 
-def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
+def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAMES) -> Roles:
     """Load the roles' models; with ``checkpoint`` the actor and critic come from it (resume: the
-    full models, or the adapters on their bases under LoRA)."""
+    full models, or the adapters on their bases under LoRA). ``needed``: build only these roles
+    (a group of :func:`role_groups`; the rollout engine comes with the actor)."""
+    needed = set(needed)
     settings = engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
     policy_path = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path,
@@ -92,14 +128,16 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
     load = dict(tokenizer=tokenizer, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
     full_actor = checkpoint is not None and not cfg.lora.enabled
     actor_model = load_causal_lm(str(checkpoint / "actor") if full_actor else policy_path, **load,
-                                 key=None if full_actor else "model.name_or_path")
+                                 key=None if full_actor else "model.name_or_path") if "actor" in needed else None
     # With LoRA and no separate reference, the reference is the actor's base (adapters off).
     shared_reference = cfg.lora.enabled and not cfg.reference
-    reference_model = None if shared_reference else load_causal_lm(
+    reference_model = None if shared_reference or "reference" not in needed else load_causal_lm(
         cfg.reference or policy_path, **load, key="reference" if cfg.reference else "model.name_or_path")
     # With LoRA on a critic that starts from the (only) reward model, the reward model is the
     # critic's base with its adapters off: one copy of those weights too.
-    if shares_reward_base(cfg):
+    if "reward" not in needed:
+        reward = None
+    elif shares_reward_base(cfg):
         _same_vocab(tokenizer, load_tokenizer(cfg.reward.models[0], key="reward.models"),
                     f"reward model '{cfg.reward.models[0]}'")
         reward = SHARED_WITH_CRITIC
@@ -107,10 +145,11 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
         reward = build_reward(cfg, tokenizer, settings)
     adapters = {"actor": checkpoint / "actor" if checkpoint and cfg.lora.enabled else None,
                 "critic": checkpoint / "critic" if checkpoint and cfg.critic.lora.enabled else None}
-    if cfg.critic.shared_trunk:
+    if cfg.critic.shared_trunk or "critic" not in needed:
         # A resumed run's trained head; otherwise make_roles builds a fresh one.
-        head = ValueHead.from_pretrained(checkpoint / "critic", actor_model.config.hidden_size) if checkpoint else None
-        return make_roles(cfg, actor_model, reference_model, head, reward, tokenizer, settings, adapters)
+        head = (ValueHead.from_pretrained(checkpoint / "critic", actor_model.config.hidden_size)
+                if checkpoint and cfg.critic.shared_trunk else None)
+        return make_roles(cfg, actor_model, reference_model, head, reward, tokenizer, settings, adapters, needed)
     # critic.init=reward: a trained head is expected (critic.path or the first reward model);
     # critic.init=policy: a fresh head (std 0.02) on critic.path or the policy is the point.
     if cfg.critic.path:
@@ -124,7 +163,7 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None) -> Roles:
         critic_path, key = str(checkpoint / "critic"), None
     critic_model = load_scalar_model(critic_path, head_init_std=0.02, new_head=cfg.critic.init == "policy",
                                      key=key, **load)
-    return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer, settings, adapters)
+    return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer, settings, adapters, needed)
 
 
 SHARED_WITH_CRITIC = "the critic's base"  # make_roles' reward: the LoRA critic's base, adapters off
@@ -156,14 +195,16 @@ def optimizer_specs(cfg: PPOConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
 
 
 def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, reward, tokenizer,
-               settings: EngineSettings | None = None, adapters: dict | None = None) -> Roles:
+               settings: EngineSettings | None = None, adapters: dict | None = None, needed=ROLE_NAMES) -> Roles:
     """The roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model.
 
     With ``critic.shared_trunk`` the critic is a value head on the actor: ``critic_model`` is
     that :class:`ValueHead`, or None or any other model, which is then replaced by a fresh head.
     With ``lora``, ``reference_model`` None means the actor's base with its adapters off;
     ``adapters`` ({"actor", "critic"}: a directory or None) are loaded instead of fresh ones.
+    ``needed``: the roles to make (a group of :func:`role_groups`); the others are None.
     """
+    needed = set(needed)
     settings = settings or engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
     adapters = adapters or {}
     if isinstance(reward, torch.nn.Module):
@@ -171,47 +212,49 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     if reward == SHARED_WITH_CRITIC and not (cfg.critic.lora.enabled and not cfg.critic.shared_trunk):
         raise ValueError("a reward shared with the critic's base needs LoRA on a separate critic (critic.lora.r > 0)")
     shared = cfg.critic.shared_trunk
-    if shared and not isinstance(critic_model, ValueHead):
+    has_actor, has_critic = "actor" in needed, "critic" in needed and not shared
+    if shared and has_actor and not isinstance(critic_model, ValueHead):
         critic_model = ValueHead(actor_model.config.hidden_size)
-    if reference_model is None and not cfg.lora.enabled:
+    if "reference" in needed and reference_model is None and not cfg.lora.enabled:
         raise ValueError("reference_model None needs LoRA on the actor (lora.r > 0): the reference is its base")
-    trunks = [actor_model, *([reference_model] if reference_model is not None else []),
-              *(m.model for m in _reward_members(reward))]
-    if not shared:
-        trunks.append(critic_model)
+    trunks = [*([actor_model] if has_actor else []), *([reference_model] if reference_model is not None else []),
+              *(m.model for m in _reward_members(reward)), *([critic_model] if has_critic else [])]
     if not cfg.ppo.trim_last_layer:
         for model in trunks:
             last_layer.run_in_full(model)
     prepared = prepare_models(trunks, settings)
-    actor_model = trainable(actor_model, cfg.lora, adapters.get("actor"), cfg.gradient_checkpointing, False, "lora")
-    if not shared:
-        critic_model = trainable(critic_model, cfg.critic.lora, adapters.get("critic"),
-                                  cfg.critic.gradient_checkpointing, True, "critic.lora")
     actor_spec, critic_spec = optimizer_specs(cfg)
-    trained = PolicyWithValueHead(actor_model, critic_model) if shared else actor_model
     engine = dict(device=settings.device, precision=settings.precision, on_nonfinite=settings.on_nonfinite,
                   compile=settings.compile)
-    actor_engine = TrainingEngine(trained, actor_spec, strategy=cfg.distributed.strategy, **engine)
-    actor = Actor(actor_engine, cfg.rollout.temperature, use_captured=cfg.rollout.capture_logprobs)
-    critic = SharedTrunkCritic(actor) if shared else Critic(
-        TrainingEngine(critic_model, critic_spec, strategy=cfg.critic.strategy or cfg.distributed.strategy, **engine))
+    actor = reference = critic = rollout = None
+    contexts = {}
+    if has_actor:
+        actor_model = trainable(actor_model, cfg.lora, adapters.get("actor"), cfg.gradient_checkpointing, False, "lora")
+        trained = PolicyWithValueHead(actor_model, critic_model) if shared else actor_model
+        actor_engine = TrainingEngine(trained, actor_spec, strategy=cfg.distributed.strategy, **engine)
+        actor = Actor(actor_engine, cfg.rollout.temperature, use_captured=cfg.rollout.capture_logprobs)
+        critic = SharedTrunkCritic(actor) if shared else None
+        rollout = engine_class(cfg.rollout.engine)(unwrap(actor_model), tokenizer,
+                                                  autocast=settings.precision.autocast,
+                                                  capture=cfg.rollout.capture_logprobs,
+                                                  decode_context=prepared.decode_context)
+        contexts[cfg.model.name_or_path] = context_length(unwrap(actor_model))
+    if has_critic:
+        critic_model = trainable(critic_model, cfg.critic.lora, adapters.get("critic"),
+                                 cfg.critic.gradient_checkpointing, True, "critic.lora")
+        critic = Critic(TrainingEngine(critic_model, critic_spec,
+                                       strategy=cfg.critic.strategy or cfg.distributed.strategy, **engine))
+        contexts[cfg.critic.path or "the critic"] = context_length(unwrap(critic_model))
     if reward == SHARED_WITH_CRITIC:
         name = cfg.reward.models[0] if cfg.reward.models else "reward model"
         reward = ModelReward(AdapterOffEngine(critic.engine, critic_model), name)
-    if reference_model is None:
-        reference_engine = AdapterOffEngine(actor_engine, actor_model)
-    else:
-        reference_engine = InferenceEngine(reference_model, settings.device, settings.precision)
-    reference = Reference(reference_engine, cfg.rollout.temperature)
-    rollout = engine_class(cfg.rollout.engine)(unwrap(actor_model), tokenizer, autocast=settings.precision.autocast,
-                                              capture=cfg.rollout.capture_logprobs,
-                                              decode_context=prepared.decode_context)
-    policy = cfg.model.name_or_path
-    contexts = {policy: context_length(unwrap(actor_model))}
-    if reference_model is not None:
-        contexts[cfg.reference or policy] = context_length(reference_model)
-    if not shared:
-        contexts[cfg.critic.path or "the critic"] = context_length(unwrap(critic_model))
+    if "reference" in needed:
+        if reference_model is None:
+            reference_engine = AdapterOffEngine(actor.engine, actor_model)
+        else:
+            reference_engine = InferenceEngine(reference_model, settings.device, settings.precision)
+            contexts[cfg.reference or cfg.model.name_or_path] = context_length(reference_model)
+        reference = Reference(reference_engine, cfg.rollout.temperature)
     for member in _reward_members(reward):
         contexts[member.name] = context_length(member.model)
     return Roles(actor, reference, critic, reward, rollout, tokenizer, contexts, prepared.linear_backend)

@@ -135,6 +135,11 @@ class SharedTrunkCritic:
     def named_weights(self):
         return self.head.named_parameters()
 
+    def nonfinite(self) -> str | None:
+        from tether.engines.training import first_nonfinite
+
+        return first_nonfinite(self.head.state_dict().items())
+
     def state_dict(self) -> dict:
         return {}
 

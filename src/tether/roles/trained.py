@@ -15,6 +15,10 @@ class TrainedRole:
     def last_lr(self) -> float:
         return self.engine.last_lr()
 
+    def nonfinite(self) -> str | None:
+        """The first weight holding NaN/Inf (checked before a checkpoint is written), or None."""
+        return self.engine.nonfinite()
+
     def state_dict(self) -> dict:
         """Optimiser, schedule and guard state (for resume)."""
         return self.engine.state_dict()

@@ -118,9 +118,13 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     setup = build_setup(dims, n_prompts=batch * iterations, seed=seed, reference=not cfg.lora.enabled,
                         critic=not shared_rm)
     m = setup.models
-    critic, reward = (m["reward"], SHARED_WITH_CRITIC) if shared_rm else (m["critic"], m["reward"])
-    roles = make_roles(cfg, m["policy"], m["reference"], critic, reward, setup.tokenizer)
-    trainer = ppo_trainer(cfg, roles, setup.prompts)
+    if cfg.placement.backend == "ray":
+        roles, trainer = None, _ray_trainer(cfg, setup, list(overrides), batch, response_length, epochs, iterations,
+                                            precision, seed)
+    else:
+        critic, reward = (m["reward"], SHARED_WITH_CRITIC) if shared_rm else (m["critic"], m["reward"])
+        roles = make_roles(cfg, m["policy"], m["reference"], critic, reward, setup.tokenizer)
+        trainer = ppo_trainer(cfg, roles, setup.prompts)
     if trainer_hook is not None:
         trainer_hook(trainer)
 
@@ -177,7 +181,9 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                    "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature,
                    "parallel_roles": parallel, "precision": cfg.run.precision, "compile": cfg.ppo.compile,
                    "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
-                   "linear_backend": cfg.cpu.linear_backend, "linear_backend_resolved": roles.linear_backend,
+                   "linear_backend": cfg.cpu.linear_backend,
+                   "linear_backend_resolved": roles.linear_backend if roles is not None else None,
+                   "placement": cfg.placement.backend,
                    "retain_memory": retained, "lora_r": cfg.lora.r,
                    "gradient_checkpointing": cfg.gradient_checkpointing},
         "phases_note": PHASES_NOTE_PARALLEL if parallel else PHASES_NOTE,
@@ -198,7 +204,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
             "iteration": _median([r["flops"]["total"] / 1e9 / r["wall"] for r in timed]),
         },
         "ratio_deviation_max": max(r["ratio_deviation"] for r in rows),
-        "memory_bytes": role_memory(roles),
+        "memory_bytes": role_memory(roles) if roles is not None else None,  # Ray: in the workers
         "torch_threads": torch.get_num_threads(),
         "world_size": world_size(),
         "versions": versions(),
@@ -221,7 +227,39 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         report["mfu_iteration"] = report["achieved_gflops"]["iteration"] / peak
         if profile:
             report["profile"]["matmul_fraction_of_peak"] = report["profile"]["matmul_gflops"] / peak
+    if roles is None:
+        trainer.placement.close()  # the Ray workers
     return report
+
+
+def _ray_trainer(cfg, setup, overrides: list[str], batch, response_length, epochs, iterations, precision, seed):
+    """The bench's models written to a temporary directory and loaded by Ray role workers (they
+    build their roles from paths); the trainer over that placement, with the bench's prompts."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from tether.algorithms.ppo import PPO
+    from tether.config import PPOConfig, load_config
+    from tether.loops.rl import RLTrainer
+    from tether.placement import make_ray_placement
+
+    root = Path(tempfile.mkdtemp(prefix="tether-bench-ray-"))
+    atexit.register(shutil.rmtree, root, True)
+    paths = []
+    for name, key in (("policy", "model.name_or_path"), ("reference", "reference"), ("critic", "critic.path")):
+        if setup.models.get(name) is not None:
+            setup.models[name].save_pretrained(root / name)
+            setup.tokenizer.save_pretrained(root / name)
+            paths.append(f"{key}={root / name}")
+    setup.models["reward"].save_pretrained(root / "reward")
+    setup.tokenizer.save_pretrained(root / "reward")
+    paths.append(f"reward.models=[{root / 'reward'}]")
+    cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
+                                                        seed=seed) + overrides + paths)
+    placement, _, _ = make_ray_placement(cfg)
+    return RLTrainer(cfg, placement, setup.prompts, PPO(cfg))
 
 
 def role_memory(roles) -> dict:

@@ -88,7 +88,7 @@ def test_every_role_call_of_a_run_goes_through_the_placement(tiny_task, tmp_path
                      ("actor", "last_lr"), ("rollout", "shares_weights"), ("critic", "trains_alone"),
                      # checkpoints, resume state and the final save
                      ("actor", "save_pretrained"), ("critic", "save_pretrained"), ("actor", "state_dict"),
-                     ("critic", "state_dict"), ("actor", "named_weights")]:
+                     ("critic", "state_dict"), ("actor", "nonfinite")]:
         assert expected in calls, expected
     assert set(placement.submitted) == {("critic", "update"), ("actor", "update")}
     assert result["history"] and "eval/gold_score" in result["history"][-1]

@@ -55,15 +55,25 @@ def _exited(pid: int) -> bool:
         return False
 
 
-def lost_ranks() -> list[int]:
-    """Ranks on this host whose process has exited (ranks on other hosts cannot be checked here)."""
+def lost_ranks(wait_s: float = 0.0) -> list[int]:
+    """Ranks on this host whose process has exited (ranks on other hosts cannot be checked here).
+    ``wait_s``: look again for that long while none has (a killed process's sockets close while
+    it is still being torn down, so a collective can fail a moment before the process is gone)."""
+    import time
+
     host = socket.gethostname()
-    return [r for r, (peer_host, pid) in enumerate(_PEERS) if peer_host == host and pid != os.getpid() and _exited(pid)]
+    deadline = time.monotonic() + wait_s
+    while True:
+        gone = [r for r, (peer_host, pid) in enumerate(_PEERS)
+                if peer_host == host and pid != os.getpid() and _exited(pid)]
+        if gone or time.monotonic() >= deadline:
+            return gone
+        time.sleep(0.05)
 
 
 def describe_loss(rank: int, world: int, cause: BaseException | None = None) -> str:
     """One paragraph: which rank is lost (when it can be told) and what to do."""
-    gone = lost_ranks()
+    gone = lost_ranks(wait_s=3.0)
     if gone:
         who = f"rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} of {world} exited"
     else:
@@ -143,7 +153,7 @@ def _on_sigterm(signum, frame) -> None:
     dist = torch.distributed
     rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
     world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
-    gone = lost_ranks()
+    gone = lost_ranks(wait_s=1.0)
     who = (f"rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} of {world} exited"
            if gone else "the launcher stopped the run (another rank failed; torchrun's report names it)")
     print(f"tether: rank {rank} stops: {who}. The last complete checkpoint stays valid; continue with the same "

@@ -296,9 +296,10 @@ def _valid(cls):
 
 
 def _flatten(d, prefix=""):
+    """Dotted keys of a config dict; a mapping-valued option (an empty ``{}``) is a leaf."""
     out = {}
     for k, v in d.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and v:
             out.update(_flatten(v, prefix + k + "."))
         else:
             out[prefix + k] = v

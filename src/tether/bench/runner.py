@@ -118,8 +118,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     setup = build_setup(dims, n_prompts=batch * iterations, seed=seed, reference=not cfg.lora.enabled,
                         critic=not shared_rm)
     m = setup.models
-    if cfg.placement.backend == "ray":
-        roles, trainer = None, _ray_trainer(cfg, setup, list(overrides), batch, response_length, epochs, iterations,
+    if cfg.placement.backend == "ray" or cfg.rollout.engine == "vllm":
+        roles, trainer = None, _disk_trainer(cfg, setup, list(overrides), batch, response_length, epochs, iterations,
                                             precision, seed)
     else:
         critic, reward = (m["reward"], SHARED_WITH_CRITIC) if shared_rm else (m["critic"], m["reward"])
@@ -228,13 +228,14 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         if profile:
             report["profile"]["matmul_fraction_of_peak"] = report["profile"]["matmul_gflops"] / peak
     if roles is None:
-        trainer.placement.close()  # the Ray workers
+        trainer.placement.close()  # the Ray workers, the vLLM engine
     return report
 
 
-def _ray_trainer(cfg, setup, overrides: list[str], batch, response_length, epochs, iterations, precision, seed):
-    """The bench's models written to a temporary directory and loaded by Ray role workers (they
-    build their roles from paths); the trainer over that placement, with the bench's prompts."""
+def _disk_trainer(cfg, setup, overrides: list[str], batch, response_length, epochs, iterations, precision, seed):
+    """The bench's models written to a temporary directory and loaded from there (Ray role workers
+    build their roles from paths; vLLM loads the policy from one); the trainer over that
+    placement, with the bench's prompts."""
     import atexit
     import shutil
     import tempfile
@@ -243,7 +244,7 @@ def _ray_trainer(cfg, setup, overrides: list[str], batch, response_length, epoch
     from tether.algorithms.ppo import PPO
     from tether.config import PPOConfig, load_config
     from tether.loops.rl import RLTrainer
-    from tether.placement import make_ray_placement
+    from tether.placement import make_placement
 
     root = Path(tempfile.mkdtemp(prefix="tether-bench-ray-"))
     atexit.register(shutil.rmtree, root, True)
@@ -258,7 +259,7 @@ def _ray_trainer(cfg, setup, overrides: list[str], batch, response_length, epoch
     paths.append(f"reward.models=[{root / 'reward'}]")
     cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
                                                         seed=seed) + overrides + paths)
-    placement, _, _ = make_ray_placement(cfg)
+    placement, _, _ = make_placement(cfg)
     return RLTrainer(cfg, placement, setup.prompts, PPO(cfg))
 
 

@@ -183,9 +183,11 @@ class TrainingEngine:
 
     # -- weights and state ----------------------------------------------------------------------
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """(name, tensor) of every weight, as ``state_dict`` names them (for weight sync; under
-        FSDP each rank's shards, as DTensors)."""
-        yield from self.model.state_dict().items()
+        """(name, tensor) of every weight, as ``state_dict`` names them, whole (for weight sync).
+        Under FSDP each tensor is gathered as it is read: a collective, so every rank reads them
+        all, in the same order."""
+        for name, tensor in self.model.state_dict().items():
+            yield name, tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
     def nonfinite(self) -> str | None:
         """The name of the first weight holding NaN/Inf on this rank (its shards under FSDP), or None."""

@@ -29,6 +29,7 @@ from tether.loops.rl_setup import (
     sampling_params,
     shape_scores,
 )
+from tether.rollout import SamplingParams
 from tether.placement import role
 from tether.runtime import rank_seed
 from tether.types import Experience, Rollout
@@ -51,7 +52,10 @@ class RLTrainer:
         self.normalize = ScoreNormalizer(cfg.reward.normalize)
         self.iteration = 0
         self.last_ratio_deviation = float("nan")
+        self.last_sync_diff = float("nan")
         self.last_experience: Experience | None = None
+        if not self.rollout.shares_weights():
+            self.sync_weights(Timer())  # the engine starts from the checkpoint on disk: give it the actor's
 
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> dict:
@@ -69,6 +73,8 @@ class RLTrainer:
         self.last_experience = experience
         stats.update(timer.times)
         stats["timing/iteration"] = time.perf_counter() - t0
+        if self.last_sync_diff == self.last_sync_diff:  # checked (rollout.vllm.check_sync)
+            stats["rollout/sync_logprob_diff"] = self.last_sync_diff
         stats["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(timer.times["timing/rollout"], 1e-9)
         return stats
 
@@ -140,10 +146,30 @@ class RLTrainer:
         return out
 
     def sync_weights(self, timer: Timer) -> None:
-        """Load the actor's new weights into a generation engine that holds its own copy."""
+        """Load the actor's new weights into a generation engine that holds its own copy (where
+        the engine runs: it pulls them from the actor), and check them when asked."""
         if not self.rollout.shares_weights():
             with timer("weight_sync"):
-                self.rollout.load_weights(self.actor.named_weights())
+                self.rollout.sync()
+            if self.cfg.rollout.engine == "vllm" and self.cfg.rollout.vllm.check_sync:
+                self.check_sync()
+
+    def check_sync(self) -> float:
+        """Sample a few tokens after a sync; the engine's log-probs must be the actor's."""
+        n = min(4, len(self.prompts.ids))
+        params = SamplingParams(max_new_tokens=8, temperature=self.cfg.rollout.temperature)
+        ro = self.rollout.generate(self.prompts.ids[:n], self.prompts.texts[:n], params,
+                                   seed=self.cfg.run.seed + self.iteration, logprobs=True)
+        logp, _ = self.actor.logprobs(ro, use_captured=False)
+        mask = ro.response_mask.to(logp.device).bool()
+        diff = float((logp - ro.sampled_logprobs.to(logp.device)).abs().masked_fill(~mask, 0).max())
+        self.last_sync_diff = diff
+        tolerance = self.cfg.rollout.vllm.sync_tolerance
+        self.check_invariant(diff <= tolerance,
+                             f"after the weight sync the vLLM engine's log-probs differ from the actor's by {diff:.2e} "
+                             f"(rollout.vllm.sync_tolerance {tolerance:g}): the engine does not hold the actor's "
+                             "weights, and PPO would train off-policy.")
+        return diff
 
     def update_streams(self) -> int:
         """Role updates that run side by side: 2 with a separate critic on a parallel placement."""

@@ -123,6 +123,18 @@ def adapter_base(path: str | os.PathLike) -> str | None:
         return None
 
 
+def merged_names(named):
+    """A LoRA-injected model's (name, tensor) pairs under the plain model's names: the base
+    layers' weights (``...q_proj.base_layer.weight`` -> ``...q_proj.weight``; they hold W + BA
+    while the adapters are merged), ``modules_to_save`` copies under the module's own name, and
+    nothing of the adapters themselves."""
+    for name, tensor in named:
+        if ".lora_" in name or ".original_module." in name:
+            continue
+        name = name.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+        yield name, tensor
+
+
 def save_merged(model, directory) -> None:
     """A final model: the adapter into ``directory/adapter`` (loads with ``PeftModel.from_pretrained``),
     then base + adapter merged into ``directory`` (a plain Hugging Face checkpoint). Merging

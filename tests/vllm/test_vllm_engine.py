@@ -121,3 +121,41 @@ def test_a_run_whose_sync_is_skipped_is_caught(tiny_task, tmp_path, monkeypatch)
     with pytest.raises(TrainingError, match="vLLM engine's log-probs differ from the actor's"):
         run_ppo(cfg)
     assert calls["n"] == 2
+
+
+def test_greedy_responses_and_ended_flags_match_the_lean_engine(roles):
+    """The same weights, greedy: vLLM's tokens, EOS cut and ``ended`` flags are the lean loop's."""
+    from tether.loops.rl_setup import load_prompt_set
+    from tether.models.lora import unwrap
+    from tether.rollout import LeanGenerationEngine
+
+    cfg, built = roles
+    built.rollout.sync()
+    prompts = load_prompt_set(cfg.prompts, "train", built.tokenizer, "auto", 40, limit=8)
+    params = SamplingParams(max_new_tokens=12, greedy=True)
+    ours = built.rollout.generate(prompts.ids, prompts.texts, params)
+    lean = LeanGenerationEngine(unwrap(built.actor.engine.model), built.tokenizer, capture=False)
+    theirs = lean.generate(prompts.ids, prompts.texts, params)
+    width = max(ours.response_ids.shape[1], theirs.response_ids.shape[1])
+    pad = built.tokenizer.pad_token_id
+
+    def padded(t):
+        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=pad)
+
+    assert torch.equal(padded(ours.response_ids), padded(theirs.response_ids))
+    assert torch.equal(ours.ended, theirs.ended)
+    assert ours.responses == theirs.responses
+
+
+def test_n_samples_per_prompt_are_consecutive_rows_with_their_own_seeds(roles):
+    from tether.loops.rl_setup import load_prompt_set
+
+    cfg, built = roles
+    prompts = load_prompt_set(cfg.prompts, "train", built.tokenizer, "auto", 40, limit=3)
+    params = SamplingParams(max_new_tokens=12, temperature=1.0)
+    ro = built.rollout.generate(prompts.ids, prompts.texts, params, seed=7, n=4)
+    assert len(ro) == 12 and ro.prompts == [t for t in prompts.texts for _ in range(4)]
+    group = ro.response_ids[:4]
+    assert len({tuple(row.tolist()) for row in group}) > 1  # four different draws for one prompt
+    again = built.rollout.generate(prompts.ids, prompts.texts, params, seed=7, n=4)
+    assert torch.equal(again.response_ids, ro.response_ids)  # per-request seeds: reproducible

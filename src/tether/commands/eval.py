@@ -19,7 +19,7 @@ MIN_TEMPERATURE = 1e-6  # below it logits / temperature can overflow float32 (Na
 MAX_SAMPLES = 1_000_000  # responses per prompt (--samples-per-prompt, best-of-N sizes)
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 MAX_THREADS = 1024  # as run.threads in the stages
-ENGINES = ("hf", "lean")  # tether.rollout.ENGINES, without importing torch to build the parser
+ENGINES = ("hf", "lean", "vllm")  # tether.rollout.ENGINES, without importing torch to build the parser
 
 
 def register(sub) -> None:
@@ -240,7 +240,8 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
     # Log-probs at the sampling temperature (greedy decoding: the plain distribution).
     temperature = 1.0 if args.temperature == 0 else args.temperature
     policy, reference = (
-        measured_policy(load_causal_lm(path, tokenizer, key=flag), tokenizer, temperature, args.engine, settings)
+        measured_policy(load_causal_lm(path, tokenizer, key=flag), tokenizer, temperature, args.engine, settings,
+                        path=str(path))
         for path, flag in ((args.policy, "--policy"), (args.reference, "--reference")))
     rms = [measured_reward(load_scalar_model(p, tokenizer, key="--reward-model"), settings, p)
            for p in args.reward_model]

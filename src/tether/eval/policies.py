@@ -29,14 +29,23 @@ def default_settings() -> EngineSettings:
 
 
 def measured_policy(model, tokenizer, temperature: float, engine: str = "lean",
-                    settings: EngineSettings | None = None) -> MeasuredPolicy:
-    """A frozen causal LM with the generation engine ``engine`` ("lean", "hf") on ``settings``'s
-    device, its log-probs at ``temperature`` (the sampling temperature; 1.0 for greedy)."""
+                    settings: EngineSettings | None = None, path: str | None = None) -> MeasuredPolicy:
+    """A frozen causal LM with the generation engine ``engine`` ("lean", "hf", or "vllm", which
+    loads the checkpoint at ``path`` itself) on ``settings``'s device, its log-probs at
+    ``temperature`` (the sampling temperature; 1.0 for greedy)."""
     settings = settings or default_settings()
     prepared = prepare_models([model], settings)
     frozen = InferenceEngine(model, settings.device, settings.precision)
-    sampler = engine_class(engine)(model, tokenizer, autocast=settings.precision.autocast, capture=False,
-                                   decode_context=prepared.decode_context)
+    if engine == "vllm":
+        from tether.models import context_length
+        from tether.rollout.vllm_engine import VLLMGenerationEngine
+
+        if path is None:
+            raise ValueError("engine 'vllm' samples from a checkpoint on disk: pass its path")
+        sampler = VLLMGenerationEngine(path, tokenizer, context=context_length(model))
+    else:
+        sampler = engine_class(engine)(model, tokenizer, autocast=settings.precision.autocast, capture=False,
+                                       decode_context=prepared.decode_context)
     return MeasuredPolicy(sampler, Reference(frozen, temperature))
 
 

@@ -13,6 +13,7 @@ from tether.rollout.lean import LeanGenerationEngine
 ENGINES = {
     "lean": "tether.rollout.lean:LeanGenerationEngine",
     "hf": "tether.rollout.hf:HFGenerationEngine",
+    "vllm": "tether.rollout.vllm_engine:VLLMGenerationEngine",  # its own copy of the weights: see make_roles
 }
 
 

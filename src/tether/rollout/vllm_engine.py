@@ -162,8 +162,11 @@ class VLLMGenerationEngine:
                     stop_token_ids=[eos], detokenize=False,
                     seed=(base + i * n + k) % (2**31 - 1) if self.options.seed_requests else None,
                     logprobs=0 if capture and not params.greedy else None))
+        size = chunk_size or len(requests)  # at most this many requests per engine call (bounds the KV cache)
         try:
-            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+            outputs = []
+            for lo in range(0, len(requests), size):
+                outputs += self.llm.generate(requests[lo: lo + size], sampling[lo: lo + size], use_tqdm=False)
         except Exception as err:
             if "does not use offset" in repr(err) or "EngineDead" in type(err).__name__:
                 raise ConfigError(

@@ -44,7 +44,7 @@ def engines(names: list[str], size: str, threads: int):
         policy.save_pretrained(path)
         tok.save_pretrained(path)
         t0 = time.perf_counter()
-        out["vllm"] = VLLMGenerationEngine(path, tok, VLLMOptions(cpu_kvcache_gb=2.0, max_model_len=256, seed_requests=False))
+        out["vllm"] = VLLMGenerationEngine(path, tok, VLLMOptions(cpu_kvcache_gb=2, max_model_len=256, seed_requests=False))
         started["vllm"] = time.perf_counter() - t0
     prepared = prepare_models([policy], engine_settings(cfg))
     if "lean" in names:

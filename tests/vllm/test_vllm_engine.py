@@ -159,3 +159,24 @@ def test_n_samples_per_prompt_are_consecutive_rows_with_their_own_seeds(roles):
     assert len({tuple(row.tolist()) for row in group}) > 1  # four different draws for one prompt
     again = built.rollout.generate(prompts.ids, prompts.texts, params, seed=7, n=4)
     assert torch.equal(again.response_ids, ro.response_ids)  # per-request seeds: reproducible
+
+
+def test_a_model_vllm_cannot_load_is_one_paragraph(tiny_task, tmp_path):
+    import json
+    import shutil
+
+    from tether.rollout.vllm_engine import VLLMGenerationEngine
+
+    path = tmp_path / "unknown"
+    shutil.copytree(tiny_task["dir"] / "base_model", path)
+    config = json.loads((path / "config.json").read_text())
+    config.update(architectures=["FooBarForCausalLM"], model_type="foobar")
+    (path / "config.json").write_text(json.dumps(config))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_task["dir"] / "base_model")
+    with pytest.raises(ConfigError) as err:
+        VLLMGenerationEngine(path, tok)
+    text = str(err.value)
+    assert f"vLLM could not start on '{path}'" in text and "foobar" in text and "rollout.vllm.max_model_len" in text
+    assert "errors.pydantic.dev" not in text

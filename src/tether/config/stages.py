@@ -165,7 +165,7 @@ class VLLMRolloutConfig:
         None, "Positions the engine holds per sequence; null = the policy's context length.", ge=1)
     tensor_parallel_size: int = option(1, "GPUs one engine shards the policy over.", ge=1)
     enforce_eager: bool = option(True, "No CUDA graphs (faster start; graphs speed up decoding on GPUs).")
-    cpu_kvcache_gb: float = option(1.0, "KV-cache GiB of the CPU build (VLLM_CPU_KVCACHE_SPACE).", gt=0)
+    cpu_kvcache_gb: int = option(1, "KV-cache GiB of the CPU build (VLLM_CPU_KVCACHE_SPACE, whole GiB).", ge=1)
     sync_bucket_mb: float = option(64.0, "Weights pushed into the engine per message when syncing, in MiB.", gt=0)
     seed_requests: bool = option(
         True, "Give every request its own seed from the run's torch stream (a seeded run samples the same "

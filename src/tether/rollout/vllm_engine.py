@@ -59,10 +59,22 @@ class VLLMOptions:
     max_model_len: int | None = None
     tensor_parallel_size: int = 1
     enforce_eager: bool = True
-    cpu_kvcache_gb: float = 1.0
+    cpu_kvcache_gb: int = 1
     sync_bucket_mb: float = 64.0
     seed: int = 0
     seed_requests: bool = True
+
+
+def startup_cause(err: BaseException) -> str:
+    """The line of a vLLM start-up error that says what is wrong (its config validation wraps the
+    reason in a pydantic error whose last line is a link)."""
+    text = str(err).strip()
+    for line in text.splitlines():
+        if "Value error," in line:
+            return line.split("Value error,", 1)[1].split(" [type=")[0].strip()[:400]
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not line.strip().startswith("For further information")]
+    return f"{type(err).__name__}: {lines[-1][:400]}" if lines else type(err).__name__
 
 
 def pack(bucket: list[tuple[str, torch.Tensor]]) -> bytes:
@@ -79,7 +91,7 @@ class VLLMGenerationEngine:
     def __init__(self, model_path: str, tokenizer, options: VLLMOptions = VLLMOptions(), capture: bool = False,
                  context: int | None = None):
         vllm = import_vllm()
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{options.cpu_kvcache_gb:g}")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kvcache_gb)))  # whole GiB
         self.tokenizer = tokenizer
         self.capture = capture
         self.options = options
@@ -94,8 +106,7 @@ class VLLMGenerationEngine:
                                 worker_extension_cls="tether.rollout.vllm_worker.WeightSync")
         except Exception as err:  # vLLM's own errors are long and deep; say what and where
             raise ConfigError(
-                f"vLLM could not start on '{model_path}' (rollout.engine=vllm): {type(err).__name__}: "
-                f"{str(err).strip().splitlines()[-1][:400]}. Check rollout.vllm.max_model_len (at most the model's "
+                f"vLLM could not start on '{model_path}' (rollout.engine=vllm): {startup_cause(err)}. Check rollout.vllm.max_model_len (at most the model's "
                 "context), rollout.vllm.cpu_kvcache_gb / gpu_memory_utilization (room for the KV cache) and that "
                 "vLLM supports this architecture.") from None
 

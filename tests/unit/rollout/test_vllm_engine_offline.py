@@ -59,3 +59,15 @@ def test_merged_names_of_a_real_peft_model_match_the_base_model():
                                                                modules_to_save=["norm"]))
     merged = dict(merged_names(lora.get_base_model().state_dict().items()))
     assert set(merged) == names
+
+
+def test_startup_cause_keeps_the_reason_not_the_link():
+    from tether.rollout.vllm_engine import startup_cause
+
+    pydantic_like = ValueError("1 validation error for ModelConfig\n  Value error, User-specified max_model_len (128) "
+                               "is greater than the derived max_model_len [type=value_error, input_value=...]\n"
+                               "    For further information visit https://errors.pydantic.dev/2.14/v/value_error")
+    assert startup_cause(pydantic_like) == ("User-specified max_model_len (128) is greater than the derived "
+                                            "max_model_len")
+    assert startup_cause(RuntimeError("boom\nNo available memory for the cache blocks")) == (
+        "RuntimeError: No available memory for the cache blocks")

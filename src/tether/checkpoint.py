@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tether.distributed.collectives import all_gather_objects, all_reduce, barrier
+from tether.distributed.collectives import all_gather_objects, barrier
 from tether.errors import TetherError
 from tether.runs import MANIFEST, atomic_write_dir
 from tether.runtime import rank, world_size

@@ -71,11 +71,16 @@ def lost_ranks(wait_s: float = 0.0) -> list[int]:
         time.sleep(0.05)
 
 
+def exited(gone: list[int], world: int) -> str:
+    """'rank 1 of 2 exited' / 'ranks 1, 3 of 4 exited'."""
+    return f"rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} of {world} exited"
+
+
 def describe_loss(rank: int, world: int, cause: BaseException | None = None) -> str:
     """One paragraph: which rank is lost (when it can be told) and what to do."""
     gone = lost_ranks(wait_s=3.0)
     if gone:
-        who = f"rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} of {world} exited"
+        who = exited(gone, world)
     else:
         remote = sorted({h for h, _ in _PEERS} - {socket.gethostname()})
         who = (f"another rank stopped or is unreachable (ranks on {', '.join(remote)} cannot be checked from here)"
@@ -154,8 +159,7 @@ def _on_sigterm(signum, frame) -> None:
     rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
     world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
     gone = lost_ranks(wait_s=1.0)
-    who = (f"rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} of {world} exited"
-           if gone else "the launcher stopped the run (another rank failed; torchrun's report names it)")
+    who = (exited(gone, world) if gone else "the launcher stopped the run (another rank failed; torchrun's report names it)")
     print(f"tether: rank {rank} stops: {who}. The last complete checkpoint stays valid; continue with the same "
           "torchrun command and --resume RUN_DIR.", file=sys.stderr, flush=True)
     os._exit(143)

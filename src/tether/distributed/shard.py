@@ -20,16 +20,8 @@ from tether.types import select_rows, to_device
 
 
 def rank_slice(n: int, rank_index: int | None = None, world: int | None = None) -> slice:
-    """Rank ``rank_index``'s contiguous share of ``n`` rows (``n`` divisible by the world size)."""
-    r = rank() if rank_index is None else rank_index
-    w = world_size() if world is None else world
-    per = n // w
-    return slice(r * per, (r + 1) * per)
-
-
-def ceil_slice(n: int, rank_index: int | None = None, world: int | None = None) -> slice:
-    """Rank ``rank_index``'s contiguous share of any ``n`` rows: ceil(n / world) each, the last
-    ranks taking fewer (possibly none: an empty slice)."""
+    """Rank ``rank_index``'s contiguous share of ``n`` rows: ceil(n / world) each, the last ranks
+    taking fewer (possibly none: an empty slice) when ``n`` does not divide by the world size."""
     r = rank() if rank_index is None else rank_index
     w = world_size() if world is None else world
     per = -(-n // w)

@@ -22,7 +22,6 @@ import contextlib
 import torch
 
 from tether.distributed.collectives import active
-from tether.runtime import rank
 
 STRATEGIES = ("ddp", "fsdp")
 
@@ -147,7 +146,3 @@ class Wrapped:
         set_optimizer_state_dict(self.model, optimizer, copy.deepcopy(state),
                                  options=StateDictOptions(full_state_dict=True))
 
-
-def writes() -> bool:
-    """This rank writes files (rank 0)."""
-    return rank() == 0

@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from tether.distributed.collectives import all_reduce
-from tether.distributed.shard import ceil_slice, take
-from tether.distributed.wrap import Wrapped, writes
+from tether.distributed.shard import rank_slice, take
+from tether.distributed.wrap import Wrapped
 from tether.engines.optim import NonFiniteGuard, OptimizerSpec, grad_norm, make_optimizer, make_scheduler
-from tether.runtime import Precision, world_size
+from tether.runtime import Precision, is_main, world_size
 from tether.types import to_device
 
 CHECK = "check/"
@@ -168,7 +168,7 @@ class TrainingEngine:
         total = sum(float(size(mb)) for mb in micro_batches)
         parts, shares = [], []
         for mb in micro_batches:
-            rows = ceil_slice(len(mb))
+            rows = rank_slice(len(mb))
             if rows.start < rows.stop:
                 part = take(mb, rows)
                 share = float(size(part)) / total if total else (rows.stop - rows.start) / len(mb) / n
@@ -216,7 +216,7 @@ class TrainingEngine:
         """What a checkpoint keeps: the model, or a LoRA model's adapters alone. Data parallel:
         call on every rank (FSDP gathers the weights); rank 0 writes, the others pass None."""
         full = self.wrapped.full_state_dict() if self.wrapped.sharded else None
-        if directory is None or not writes():
+        if directory is None or not is_main():
             return
         if full is not None:
             kwargs["state_dict"] = full
@@ -230,10 +230,10 @@ class TrainingEngine:
 
         if self.wrapped.sharded:
             full = self.wrapped.full_state_dict()
-            if directory is not None and writes():
+            if directory is not None and is_main():
                 export_plain(self.model, full, directory)
             return
-        if directory is None or not writes():
+        if directory is None or not is_main():
             return
         if hasattr(self.model, "export"):
             self.model.export(directory)

@@ -12,6 +12,7 @@ See docs/architecture.md for an iteration traced file by file.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 
@@ -73,7 +74,7 @@ class RLTrainer:
         self.last_experience = experience
         stats.update(timer.times)
         stats["timing/iteration"] = time.perf_counter() - t0
-        if self.last_sync_diff == self.last_sync_diff:  # checked (rollout.vllm.check_sync)
+        if not math.isnan(self.last_sync_diff):  # checked (rollout.vllm.check_sync)
             stats["rollout/sync_logprob_diff"] = self.last_sync_diff
         stats["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(timer.times["timing/rollout"], 1e-9)
         return stats

@@ -27,11 +27,11 @@ from typing import Any
 from torch import Tensor
 
 from tether.distributed.collectives import all_gather_objects
-from tether.distributed.shard import gather_rows, shard_rows
+from tether.distributed.shard import gather_rows, head, shard_rows
 from tether.placement.local import LocalPlacement
 from tether.rollout.base import concat_rollouts
 from tether.runtime import rank, rank_seed
-from tether.types import select_rows, to_device
+from tether.types import to_device
 
 #: (role, method) whose first argument is a rollout, split by rows; the result is gathered back.
 ROW_METHODS = {("actor", "logprobs"), ("actor", "values"), ("reference", "logprobs"), ("critic", "values"),
@@ -95,6 +95,4 @@ class DataParallelPlacement:
         device = part.prompt_ids.device
         parts = all_gather_objects(to_device(part, "cpu"))
         whole = concat_rollouts(parts, self.pad_id) if len(parts) > 1 else parts[0]
-        import torch
-
-        return to_device(select_rows(whole, torch.arange(n)), device)
+        return to_device(head(whole, n), device)

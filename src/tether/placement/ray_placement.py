@@ -127,9 +127,7 @@ class RayPlacement:
         if address:
             ray.init(address=address, **quiet)
             return True
-        wanted = sum(getattr(self.cfg.placement.ray, g.primary).num_cpus * getattr(self.cfg.placement.ray,
-                                                                                    g.primary).num_workers
-                     for g in groups)
+        wanted = sum(self._resources(g).num_cpus * self._resources(g).num_workers for g in groups)
         cores = os.cpu_count() or 1
         cpus = max(cores, int(-(-wanted // 1)))
         if cpus > cores:
@@ -138,12 +136,16 @@ class RayPlacement:
         ray.init(num_cpus=cpus, **quiet)
         return True
 
+    def _resources(self, group: Group):
+        """``placement.ray.<primary role>``: what each of the group's workers reserves."""
+        return getattr(self.cfg.placement.ray, group.primary)
+
     def _check_cluster(self, groups: list[Group]) -> None:
         """Every group's resources, added up, against the cluster's: what it cannot hold at all is
         an error before any worker starts (a placement group would wait for it forever)."""
         cluster, taken = self.ray.cluster_resources(), {}
         for group in groups:
-            res = getattr(self.cfg.placement.ray, group.primary)
+            res = self._resources(group)
             need = {k: v * res.num_workers for k, v in bundle(res).items()}
             lacking = missing_resources({k: taken.get(k, 0.0) + v for k, v in need.items()}, cluster)
             if lacking:
@@ -166,7 +168,7 @@ class RayPlacement:
         from tether.placement.ray_worker import RoleWorker
 
         rcfg = self.cfg.placement.ray
-        res = getattr(rcfg, group.primary)
+        res = self._resources(group)
         one = bundle(res)
         key = f"placement.ray.{group.primary}"
         what = f"the {'+'.join(group.roles)} group ({key}: {res.num_workers} worker(s) x {{{describe(one)}}})"
@@ -266,7 +268,10 @@ class RayPlacement:
                   **extra):
         """Each worker samples its share of the prompts; the rollouts come back as one, in order.
         Without ``seed`` the worker starts from this process's current torch seed (the loop's
-        iteration seed): the same draws as a local run."""
+        iteration seed): the same draws as a local run. Per-step hooks cannot run in a worker."""
+        if on_step is not None:
+            raise ValueError("placement.backend=ray cannot run per-step generation hooks (stop sequences) in a "
+                             "worker: use placement.backend=local")
         n, workers = len(prompt_ids), group.workers
         base = torch.initial_seed() if seed is None else seed
         refs = []
@@ -274,11 +279,9 @@ class RayPlacement:
             ids = shard_rows(prompt_ids, n, r, len(workers))[0] if len(workers) > 1 else prompt_ids
             texts = shard_rows(prompts, n, r, len(workers))[0] if len(workers) > 1 else prompts
             s = base if r == 0 else rank_seed(base, 0, r)
-            kwargs = {"chunk_size": chunk_size, **extra}
-            if seed is None:
-                refs.append(w.call.remote("rollout", "generate", s, kwargs, ids, texts, params))
-            else:
-                refs.append(w.call.remote("rollout", "generate", None, {**kwargs, "seed": s}, ids, texts, params))
+            # No seed: the worker seeds torch with s first; a seed: the engine's own private stream.
+            kwargs = {"chunk_size": chunk_size, **extra, **({} if seed is None else {"seed": s})}
+            refs.append(w.call.remote("rollout", "generate", s if seed is None else None, kwargs, ids, texts, params))
 
         def finish(parts):
             if len(parts) == 1:

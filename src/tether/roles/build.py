@@ -59,8 +59,8 @@ ROLE_NAMES = ("actor", "reference", "critic", "reward")
 def role_groups(cfg: PPOConfig, colocate: list[list[str]] = ()) -> list[tuple[str, ...]]:
     """The roles that must share a process, plus ``colocate``'s groups: the rollout engine samples
     from the actor's weights; a LoRA actor's base is the reference; a shared-trunk critic is a head
-    on the actor; a LoRA critic's base is the reward model. Returns the groups, each sorted, the
-    actor's group first."""
+    on the actor; a LoRA critic's base is the reward model. Returns the groups (roles in
+    :data:`ROLE_NAMES` order), the actor's group first."""
     parent = {name: name for name in ROLE_NAMES}
 
     def find(x):
@@ -83,8 +83,7 @@ def role_groups(cfg: PPOConfig, colocate: list[list[str]] = ()) -> list[tuple[st
     groups: dict[str, list[str]] = {}
     for name in ROLE_NAMES:
         groups.setdefault(find(name), []).append(name)
-    ordered = sorted((tuple(g) for g in groups.values()), key=lambda g: ("actor" not in g, g))
-    return ordered
+    return sorted((tuple(g) for g in groups.values()), key=lambda g: ("actor" not in g, g))
 
 
 def _same_vocab(tok_a, tok_b, name: str) -> None:

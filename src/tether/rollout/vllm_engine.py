@@ -197,17 +197,14 @@ class VLLMGenerationEngine:
         responses = torch.full((len(tokens), width), tok.pad_token_id, dtype=torch.long)
         for row, ids in enumerate(tokens):
             responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        logps = entropies = None
+        rollout = make_rollout(tok, input_ids, attention_mask, responses, prompts)
         if capture and not params.greedy and all(o.outputs[0].logprobs is not None for o in outputs):
             lp = torch.zeros(len(tokens), width)
             for row, o in enumerate(outputs):
                 for j, (token, step) in enumerate(zip(o.outputs[0].token_ids, o.outputs[0].logprobs)):
                     lp[row, j] = step[token].logprob
-            logps = list(lp.unbind(1))
-            entropies = [torch.zeros(len(tokens))] * width  # vLLM gives no entropies: the actor computes them
-        rollout = make_rollout(tok, input_ids, attention_mask, responses, prompts, logps, entropies)
-        if logps is not None:
-            rollout.sampled_entropy = None
+            # Log-probs only: vLLM gives no entropies (sampled_entropy stays None; the actor computes them).
+            rollout.sampled_logprobs = lp * rollout.response_mask.float()
         return rollout
 
     def close(self) -> None:

@@ -123,12 +123,14 @@ class DistributedSession:
             rank, world = dist.get_rank(), dist.get_world_size()
             self._stop()
             raise TrainingError(describe_loss(rank, world, error)) from error
-        self._stop()
+        self._stop(finished=error is None)
         return False
 
-    def _stop(self) -> None:
+    def _stop(self, finished: bool = False) -> None:
         if self.started and torch.distributed.is_initialized():
             try:
+                if finished:  # no rank tears the group down while another is still in a collective
+                    torch.distributed.barrier()
                 torch.distributed.destroy_process_group()
             except Exception:  # a broken group may not tear down cleanly; the process is ending
                 pass

@@ -61,7 +61,6 @@ from pathlib import Path
 from typing import Any
 
 from tether.config.health import LEVELS, RULES, HealthConfig
-from tether.runtime import is_main
 
 
 
@@ -166,6 +165,8 @@ class Alarm:
 
 def append_alarms(path: str | Path, alarms: Iterable[Alarm]) -> None:
     """Append alarms to ``path`` (``alarms.jsonl``), one JSON object per line; no-op when empty."""
+    from tether.runtime import is_main  # local: the monitor is read by plots without torch
+
     alarms = list(alarms)
     if not alarms or not is_main():  # data parallel: rank 0 alone writes
         return

@@ -7,8 +7,6 @@ import math
 import time
 from pathlib import Path
 
-from tether.runtime import is_main
-
 
 def _clean(value):
     """JSON-safe scalars: tensors become floats, non-finite floats become strings."""
@@ -23,6 +21,8 @@ class MetricsLogger:
     """Appends one JSON object per call: ``{"stage", "step", "time", <metric>: value, ...}``."""
 
     def __init__(self, run_dir: str | Path, stage: str, tensorboard: bool = False):
+        from tether.runtime import is_main  # local: reading metrics (plots, monitors) needs no torch
+
         self.path = Path(run_dir) / "metrics.jsonl"
         self.stage = stage
         self.enabled = is_main()  # data parallel: rank 0 alone writes
@@ -80,6 +80,8 @@ class JsonlWriter:
         self.path = Path(path)
 
     def write_many(self, rows: list[dict]) -> None:
+        from tether.runtime import is_main
+
         if not rows or not is_main():  # data parallel: rank 0 alone writes
             return
         with open(self.path, "a", encoding="utf-8") as f:

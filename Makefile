@@ -42,8 +42,8 @@ demo: $(STAMP)
 	$(BIN)/tether demo --out $(OUT)
 
 test: $(STAMP) $(VLLM_STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/vllm
-	$(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/vllm
+	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/on_vllm
+	$(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/on_vllm
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -8,6 +8,7 @@ its socket before loading the models, so a busy port is an error in a moment and
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -314,6 +315,9 @@ SERVE_CASES = {
     "batch_wait_nan": (["--batch-wait-ms", "nan"], ("--batch-wait-ms", "got nan")),
     "batch_wait_huge": (["--batch-wait-ms", "1e12"], ("--batch-wait-ms", "10000")),
     "max_n_zero": (["--max-n", "0"], ("--max-n", "got 0")),
+    "vllm_memory_without_vllm": (["--gpu-memory-utilization", "0.5"], ("--gpu-memory-utilization", "--engine vllm")),
+    "vllm_memory_zero": (["--engine", "vllm", "--gpu-memory-utilization", "0"], ("--gpu-memory-utilization", "got 0.0")),
+    "vllm_max_model_len_zero": (["--engine", "vllm", "--max-model-len", "0"], ("--max-model-len", "got 0")),
     "max_batch_size_zero": (["--max-batch-size", "0"], ("--max-batch-size", "got 0")),
     "queue_depth_negative": (["--queue-depth", "-1"], ("--queue-depth", "got -1")),
     "max_body_bytes_zero": (["--max-body-bytes", "0"], ("--max-body-bytes", "got 0")),
@@ -456,3 +460,14 @@ def test_serve_starts_on_a_free_port_and_stops_gracefully(task, tmp_path):
     text = log.read_text()
     assert "Shutting down" in text and "Finished server process" in text, text
     assert "Traceback" not in text, text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here (tests/on_vllm)")
+@pytest.mark.parametrize("command", ["serve", "eval"])
+def test_the_vllm_engine_without_vllm_is_one_paragraph(command, task, tmp_path, capsys):
+    argv = (serve_args(task, "--engine", "vllm", "--port", "0") if command == "serve"
+            else eval_args(task, tmp_path / "e.json", "--engine", "vllm"))
+    code, err, stdout = cli_any(capsys, argv)
+    assert_clean_error(code, err, command, "--engine vllm, but vLLM is not installed", "pip install vllm",
+                       "--engine lean")
+    assert BANNER not in stdout

@@ -145,6 +145,18 @@ def test_ppo_fsdp_matches_one_process(trained, ppo_reference, tmp_path, extra):
            largest_weight_diff(reference, out))
 
 
+def test_a_critic_free_algorithm_on_two_ranks_matches_one_process(trained, tmp_path):
+    """REINFORCE++ with two responses per prompt (rows of a prompt split across ranks) and the
+    per-response loss aggregation (micro-batches weighted by responses, over ranks too)."""
+    extra = ("group.size=2", "policy_loss.aggregation=sequence_mean", "distributed.strategy=ddp")
+    args = ["reinforce_pp", *ppo_args(trained, tmp_path / "rpp-1", *extra)[1:]]
+    ok(one_process(args))
+    ok(torchrun(["reinforce_pp", *ppo_args(trained, tmp_path / "rpp-2", *extra)[1:]]))
+    assert layout(tmp_path / "rpp-2") == layout(tmp_path / "rpp-1")
+    report("reinforce_pp ddp", largest_metric_diff(tmp_path / "rpp-1", tmp_path / "rpp-2"),
+           largest_weight_diff(tmp_path / "rpp-1", tmp_path / "rpp-2"))
+
+
 # -- faults ---------------------------------------------------------------------------------
 
 

@@ -9,7 +9,8 @@ import importlib
 
 from tether.algorithms.base import Algorithm, Loss
 
-ALGORITHMS = {"ppo": "tether.algorithms.ppo:PPO"}
+ALGORITHMS = {"ppo": "tether.algorithms.ppo:PPO", "grpo": "tether.algorithms.grpo:GRPO",
+              "rloo": "tether.algorithms.rloo:RLOO", "reinforce_pp": "tether.algorithms.reinforce_pp:ReinforcePP"}
 
 
 def algorithm(name: str, cfg) -> Algorithm:

@@ -77,13 +77,13 @@ class PPOCriticLoss:
 
 
 class PPO:
-    """PPO-RLHF with a critic, one response per prompt."""
+    """PPO-RLHF with a critic; one response per prompt unless ``group.size`` says more."""
 
     needs_critic = True
-    samples_per_prompt = 1
 
     def __init__(self, cfg):
         self.ppo, self.kl = cfg.ppo, cfg.kl
+        self.samples_per_prompt = cfg.samples_per_prompt
 
     def experience(self, rollout: Rollout, logprobs: Tensor, ref_logprobs: Tensor, values: Tensor | None,
                    scores: Tensor, kl_coef: float) -> tuple[Experience, dict]:

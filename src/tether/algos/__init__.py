@@ -3,7 +3,7 @@
 from tether.algos.gae import gae_advantages
 from tether.algos.kl import KL_KINDS, kl_estimate, kl_k1, kl_k2, kl_k3
 from tether.algos.kl_control import AdaptiveKLController, FixedKLController
-from tether.algos.logprobs import token_logprobs
+from tether.algos.logprobs import sampled_entropy_estimate, token_logprobs
 from tether.algos.losses import (
     PolicyLossOutput,
     ValueLossOutput,
@@ -23,5 +23,5 @@ __all__ = [
     "ValueLossOutput", "bradley_terry_loss", "clipped_surrogate", "entropy_from_logits",
     "explained_variance", "gae_advantages", "kl_estimate", "kl_k1", "kl_k2", "kl_k3",
     "last_token_index", "masked_mean", "masked_sum", "masked_var", "masked_whiten",
-    "ppo_policy_loss", "repetition_rate", "sft_loss", "shape_rewards", "token_logprobs", "value_loss",
+    "ppo_policy_loss", "repetition_rate", "sampled_entropy_estimate", "sft_loss", "shape_rewards", "token_logprobs", "value_loss",
 ]

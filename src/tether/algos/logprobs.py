@@ -22,3 +22,13 @@ def token_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: floa
     picked = z.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
     out = picked - torch.logsumexp(z, dim=-1)
     return torch.where(labels < 0, torch.zeros((), dtype=out.dtype, device=out.device), out)
+
+
+def sampled_entropy_estimate(logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token entropy estimated from the sampled tokens alone: (B, A) log-probs -> (B, A) −log p.
+
+    For a token a drawn from p, E[−log p(a)] = H(p), so the mean of −log p over sampled tokens
+    is an unbiased estimate of the mean entropy (one sample per position: noisy per token, fine
+    averaged over a batch). Used when an engine returns log-probs but no entropies (vLLM).
+    """
+    return -logprobs

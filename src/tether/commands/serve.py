@@ -53,8 +53,13 @@ def register(sub) -> None:
     p.add_argument("--chat-template", choices=("auto", "always", "never"), default="auto",
                    help="How /v1/rewards formats string prompts (match PPO's model.chat_template).")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="Weights dtype.")
-    p.add_argument("--engine", choices=("hf", "lean"), default="lean",
-                   help="Generation engine, as rollout.engine in training.")
+    p.add_argument("--engine", choices=("hf", "lean", "vllm"), default="lean",
+                   help="Generation engine, as rollout.engine in training. vllm: stop sequences and per-request "
+                        "max_tokens apply to whole responses, and streamed text arrives when its batch is done.")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.3,
+                   help="--engine vllm: fraction of GPU memory (on vLLM's CPU build: of RAM) for weights and KV cache.")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="--engine vllm: positions per sequence (default: the model's context).")
     p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps.")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default).")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
@@ -84,6 +89,13 @@ def check_args(args) -> None:
     from tether.config.common import check_device_spec
 
     check_device_spec(args.device, "--device")
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise ConfigError(f"--gpu-memory-utilization must be in (0, 1] (a fraction of the device's memory), got "
+                          f"{args.gpu_memory_utilization}.")
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise ConfigError(f"--max-model-len must be a positive number of positions, got {args.max_model_len}.")
+    if args.engine != "vllm" and (args.gpu_memory_utilization != 0.3 or args.max_model_len is not None):
+        raise ConfigError("--gpu-memory-utilization and --max-model-len are vLLM's settings: they need --engine vllm.")
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be a TCP port from 0 to 65535 (0 picks a free port), got {args.port}.")
     if not 0 <= args.threads <= MAX_THREADS:
@@ -143,7 +155,13 @@ def settings_from_args(args):
     )
 
 
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def run(args) -> int:
+    import signal
+
     from tether.serve.server import bind_socket
 
     # Every argument first, then the socket (a busy port or a bad host fails in a moment), and
@@ -170,8 +188,14 @@ def run(args) -> int:
         from tether.runtime import Precision, resolve_device
 
         where = EngineSettings(resolve_device(args.device, "--device"), Precision("fp32"))
+        vllm_options = None
+        if args.engine == "vllm":
+            from tether.rollout.vllm_engine import VLLMOptions
+
+            vllm_options = VLLMOptions(dtype=args.dtype, gpu_memory_utilization=args.gpu_memory_utilization,
+                                       max_model_len=args.max_model_len, seed=(args.seed or 0) % (2**31 - 1))
         service = ModelService.load(args.model, args.reward_model, args.dtype, args.trust_remote_code,
-                                    args.max_batch_size, args.engine, where)
+                                    args.max_batch_size, args.engine, where, vllm_options)
         app = create_app(service, settings)
         logging.getLogger("tether").setLevel(logging.INFO)
         auth = "API key required" if settings.api_key else "no API key"
@@ -179,8 +203,15 @@ def run(args) -> int:
         print(f"tether serve: '{settings.model_name}'"
               + (f" + reward model '{settings.reward_model_name}'" if service.has_reward else "")
               + f" on http://{host}:{port}/v1 ({auth})", flush=True)
-        serve(app, args.host, port, shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log,
-              sock=sock)
+        # uvicorn shuts down on SIGTERM, then raises the signal again under the handler it found:
+        # with Python's default the process would die there, before the models are released (vLLM's
+        # engine-core process would outlive it). This handler turns it into an exit that runs them.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+        try:
+            serve(app, args.host, port, shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log,
+                  sock=sock)
+        finally:
+            service.close()
     finally:
         sock.close()
     return 0

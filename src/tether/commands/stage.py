@@ -1,4 +1,4 @@
-"""`tether sft | rm | ppo`: run one stage from a YAML preset and dotted overrides."""
+"""`tether sft | rm | dpo | ppo | grpo | rloo | reinforce_pp`: run one stage from a YAML preset and dotted overrides."""
 
 from __future__ import annotations
 
@@ -10,15 +10,23 @@ import textwrap
 
 
 def _config_class(name: str):
-    from tether.config import PPOConfig, RewardModelConfig, SFTConfig
+    from tether.config import DPOConfig, PPOConfig, RewardModelConfig, SFTConfig
 
-    return {"sft": SFTConfig, "rm": RewardModelConfig, "ppo": PPOConfig}[name]
+    return {"sft": SFTConfig, "rm": RewardModelConfig, "dpo": DPOConfig, **{rl: PPOConfig for rl in RL_COMMANDS}}[name]
+
+
+#: The RL commands: one per algorithm on the same roles and config (key ``algorithm``).
+RL_COMMANDS = ("ppo", "grpo", "rloo", "reinforce_pp")
 
 
 HELP = {
     "sft": "Supervised fine-tuning on demonstrations (loss on response tokens only).",
     "rm": "Train a Bradley-Terry reward model on preference pairs.",
     "ppo": "PPO-RLHF: actor, reference, reward model and critic.",
+    "dpo": "DPO (or IPO): the policy trained on preference pairs directly; no reward model, no RL loop.",
+    "grpo": "GRPO: a group of responses per prompt, the group's mean reward as baseline; no critic.",
+    "rloo": "RLOO: k responses per prompt, each one's baseline the others' mean reward; no critic.",
+    "reinforce_pp": "REINFORCE++: PPO's per-token reward, returns normalised over the batch; no critic.",
 }
 
 
@@ -95,6 +103,22 @@ def _finished(args) -> bool:
     return True
 
 
+def _check_algorithm(args) -> None:
+    """``tether X`` runs algorithm X: an ``algorithm`` override or preset key naming another is an error."""
+    from tether.config.base import read_yaml
+    from tether.errors import ConfigError
+
+    given = [o.split("=", 1)[1].strip() for o in args.overrides if o.split("=", 1)[0].strip() == "algorithm"]
+    if args.config:
+        data = read_yaml(args.config)
+        if isinstance(data, dict) and "algorithm" in data:
+            given.append(str(data["algorithm"]))
+    for name in given:
+        if name != args.command:
+            raise ConfigError(f"Config key 'algorithm' = {name!r} under `tether {args.command}`: each RL algorithm has "
+                              f"its command; run `tether {name}` (or drop the key).")
+
+
 def run_stage(args) -> int:
     import yaml
 
@@ -105,7 +129,11 @@ def run_stage(args) -> int:
         if not args.print_config and _finished(args):
             return 0
     else:
-        cfg = load_config(_config_class(args.command), args.config, args.overrides)
+        overrides = args.overrides
+        if args.command in RL_COMMANDS:  # the command names the algorithm (a preset's own must agree)
+            overrides = [*overrides, f"algorithm={args.command}"]
+            _check_algorithm(args)
+        cfg = load_config(_config_class(args.command), args.config, overrides)
     if args.print_config:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
@@ -117,6 +145,10 @@ def run_stage(args) -> int:
         from tether.loops.reward_model import run_reward_model
 
         result = run_reward_model(cfg, resume=bool(args.resume))
+    elif args.command == "dpo":
+        from tether.loops.dpo import run_dpo
+
+        result = run_dpo(cfg, resume=bool(args.resume))
     else:
         from tether.loops.ppo import run_ppo
 

@@ -1,9 +1,10 @@
 """Typed config trees, YAML presets and dotted overrides."""
 
 from tether.config.base import describe, from_dict, load_config, rebase_paths, replace, save_config, to_dict
-from tether.config.stages import PPOConfig, RewardModelConfig, SFTConfig
+from tether.config.stages import DPOConfig, PPOConfig, RewardModelConfig, SFTConfig
 
 __all__ = [
+    "DPOConfig",
     "PPOConfig",
     "RewardModelConfig",
     "SFTConfig",

@@ -84,6 +84,52 @@ class RewardModelConfig:
 
 
 @dataclass(frozen=True)
+class DPOLossConfig:
+    """The DPO loss (docs/algorithms.md)."""
+
+    beta: float = option(0.1, "beta: the strength of the implicit KL leash to the reference (Rafailov et al. 2023).",
+                         gt=0)
+    loss: Literal["sigmoid", "ipo"] = option(
+        "sigmoid", "sigmoid = DPO's -log sigmoid(beta * h) (Rafailov et al. 2023, eq. 7); ipo = (h - 1/(2 beta))^2 "
+                   "(Azar et al. 2023, eq. 17), h the chosen-minus-rejected log-ratio difference.")
+    label_smoothing: float = option(
+        0.0, "sigmoid only: the chance a label is flipped (conservative DPO): -(1-e) log s(bh) - e log s(-bh).",
+        ge=0, lt=0.5)
+
+
+@dataclass(frozen=True)
+class DPOConfig:
+    """DPO: the policy trained on preference pairs directly, no reward model and no RL loop."""
+
+    run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
+    model: ModelConfig = section(ModelConfig, "The policy's initial weights, normally the SFT checkpoint.")
+    reference: str | None = option(
+        None, "The reference policy; default: model.name_or_path (with LoRA: the policy's base, adapters off).",
+        path=True)
+    data: DataConfig = section(DataConfig, "Pairs, as the reward-model stage reads them.")
+    optim: OptimConfig = section(OptimConfig, "Optimiser and schedule.")
+    epochs: float = option(1.0, "Passes over the pairs.", gt=0)
+    max_steps: int | None = option(None, "Stop after this many optimiser steps (overrides epochs).", ge=1)
+    eval_every: int = option(200, "Evaluate the implicit reward's held-out accuracy every this many steps.", ge=1)
+    on_identical: Literal["error", "skip"] = option(
+        "skip", "Pairs whose chosen equals rejected: skip and count them, or stop."
+    )
+    dpo: DPOLossConfig = section(DPOLossConfig, "The loss.")
+    lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the policy (r = 0: off).")
+    gradient_checkpointing: bool = option(
+        False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
+               "memory, ~30% more compute. Same losses and gradients.",
+    )
+    cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
+    distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
+
+    def validate(self) -> None:
+        if self.lora.enabled and self.lora.dropout:
+            raise ConfigError(f"Config key 'lora.dropout' = {self.lora.dropout}: DPO needs 0 (the policy's log-probs "
+                              "are compared with the reference's, computed once without dropout).")
+
+
+@dataclass(frozen=True)
 class RewardSourceConfig:
     """Where PPO's sequence score comes from."""
 
@@ -181,7 +227,7 @@ class VLLMRolloutConfig:
 class RolloutConfig:
     """Sampling responses from the actor."""
 
-    batch_size: int = option(64, "Prompts per PPO iteration (one response each).", ge=1)
+    batch_size: int = option(64, "Prompts per iteration (group.size responses each; one for PPO by default).", ge=1)
     max_new_tokens: int = option(64, "Response length cap.", ge=1)
     min_new_tokens: int = option(0, "Forbid EOS before this many tokens.", ge=0)
     temperature: float = option(1.0, "Sampling temperature; log-probs use the same one.", gt=0)
@@ -200,7 +246,40 @@ class RolloutConfig:
         "Keep the actor's log-probs computed while sampling instead of a second forward pass; the "
         "first-minibatch ratio check (ppo.ratio_tolerance) verifies they agree with a fresh forward.",
     )
+    use_engine_logprobs: bool = option(
+        False,
+        "rollout.engine=vllm: take the rollout log-probs (pi_old) from the engine instead of an actor forward pass. "
+        "The first-minibatch ratio check (ppo.ratio_tolerance) measures how far they are from the actor's "
+        "(logged as rollout/engine_ratio_deviation); objective/entropy is then the sampled tokens' mean "
+        "-log-prob (an unbiased estimate: vLLM returns no entropies). The lean and hf engines use "
+        "rollout.capture_logprobs instead.",
+    )
     vllm: VLLMRolloutConfig = section(VLLMRolloutConfig, "The vLLM engine (rollout.engine=vllm).")
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Responses per prompt: GRPO's group, RLOO's k (docs/algorithms.md)."""
+
+    size: int | None = option(
+        None, "Responses sampled per prompt (rows of one prompt are consecutive). null = the algorithm's "
+              "default: 4 for grpo and rloo (which need at least 2), 1 for ppo and reinforce_pp.", ge=1)
+    scale_by_std: bool = option(
+        True, "GRPO: divide each group's centred rewards by their std (Shao et al. 2024); false = Dr. GRPO "
+              "(Liu et al. 2025), centring only.")
+
+
+@dataclass(frozen=True)
+class PolicyLossConfig:
+    """The critic-free algorithms' actor loss (grpo, rloo, reinforce_pp; ppo uses ppo.clip)."""
+
+    clip_low: float | None = option(None, "Lower ratio clip: r >= 1 - clip_low; null = ppo.clip.", gt=0, lt=1)
+    clip_high: float | None = option(
+        None, "Upper ratio clip: r <= 1 + clip_high; null = ppo.clip (DAPO's clip-higher uses 0.28).", gt=0)
+    aggregation: Literal["token_mean", "sequence_mean", "fixed_normalizer"] = option(
+        "token_mean", "How per-token losses become one: token_mean (DAPO: every token alike), sequence_mean "
+                      "(GRPO paper: every response alike), fixed_normalizer (Dr. GRPO: sum / (responses x "
+                      "rollout.max_new_tokens)).")
 
 
 @dataclass(frozen=True)
@@ -399,6 +478,11 @@ class PPOConfig:
     prompts_split: str = option("train", "Split of a hub prompt dataset.")
     reward: RewardSourceConfig = section(RewardSourceConfig, "The reward source.")
     critic: CriticConfig = section(CriticConfig, "The value model.")
+    algorithm: Literal["ppo", "grpo", "rloo", "reinforce_pp"] = option(
+        "ppo", "The RL algorithm on the same roles: ppo (with a critic), grpo, rloo, reinforce_pp (no critic). "
+               "Each has its command (tether ppo | grpo | rloo | reinforce_pp); docs/algorithms.md.")
+    group: GroupConfig = section(GroupConfig, "Responses per prompt (grpo, rloo).")
+    policy_loss: PolicyLossConfig = section(PolicyLossConfig, "The critic-free algorithms' actor loss.")
     rollout: RolloutConfig = section(RolloutConfig, "Sampling.")
     kl: KLConfig = section(KLConfig, "The KL penalty to the reference.")
     ppo: PPOAlgoConfig = section(PPOAlgoConfig, "The PPO update.")
@@ -424,6 +508,22 @@ class PPOConfig:
                                               "small size")}
 
     @property
+    def samples_per_prompt(self) -> int:
+        """``group.size``, or the algorithm's default (4 for grpo and rloo, else 1)."""
+        if self.group.size is not None:
+            return self.group.size
+        return 4 if self.algorithm in ("grpo", "rloo") else 1
+
+    @property
+    def episodes(self) -> int:
+        """Responses per iteration: rollout.batch_size prompts x samples_per_prompt."""
+        return self.rollout.batch_size * self.samples_per_prompt
+
+    @property
+    def needs_critic(self) -> bool:
+        return self.algorithm == "ppo"
+
+    @property
     def ratio_tolerance(self) -> float:
         """``ppo.ratio_tolerance``, raised to bf16/fp16 rounding level under autocast."""
         if self.run.precision == "fp32":
@@ -443,12 +543,29 @@ class PPOConfig:
                               "head on the actor; put the adapters on the actor (lora.*) instead.")
         if not self.prompts:
             raise ConfigError("Config key 'prompts' is empty: expected a prompt file or dataset.")
-        if self.rollout.batch_size % self.ppo.minibatch_size:
+        if self.algorithm in ("grpo", "rloo") and self.samples_per_prompt < 2:
             raise ConfigError(
-                f"Config key 'ppo.minibatch_size' = {self.ppo.minibatch_size}: must divide "
-                f"rollout.batch_size = {self.rollout.batch_size}."
+                f"Config key 'group.size' = {self.group.size}: {self.algorithm} compares responses to the same "
+                "prompt, so it needs at least 2 (4-16 is usual)."
             )
-        if (self.critic.init == "reward" and not self.critic.path and not self.reward.models
+        if self.algorithm == "ppo" and self.policy_loss != PolicyLossConfig():
+            raise ConfigError(
+                "Config block 'policy_loss' is set with algorithm=ppo: it shapes the critic-free algorithms' "
+                "loss (grpo, rloo, reinforce_pp); PPO clips with ppo.clip and takes the token mean."
+            )
+        episodes = self.rollout.batch_size * self.samples_per_prompt
+        if episodes % self.ppo.minibatch_size:
+            raise ConfigError(
+                f"Config key 'ppo.minibatch_size' = {self.ppo.minibatch_size}: must divide the responses per "
+                f"iteration, rollout.batch_size x group.size = {self.rollout.batch_size} x "
+                f"{self.samples_per_prompt} = {episodes}."
+            )
+        if not self.needs_critic:
+            if self.critic.shared_trunk or self.ppo.critic_warmup_iters:
+                key = "critic.shared_trunk" if self.critic.shared_trunk else "ppo.critic_warmup_iters"
+                raise ConfigError(f"Config key '{key}' is set with algorithm={self.algorithm}, which trains no critic "
+                                  "(only ppo does).")
+        elif (self.critic.init == "reward" and not self.critic.path and not self.reward.models
                 and not self.critic.shared_trunk):
             source = "reward.callable" if self.reward.callable else "reward.url"
             raise ConfigError(
@@ -461,6 +578,19 @@ class PPOConfig:
                 f"Config key 'critic.path' = {self.critic.path!r}: a shared-trunk critic "
                 "(critic.shared_trunk=true) is a value head on the actor, it loads no separate model."
             )
+        if self.rollout.use_engine_logprobs and self.rollout.engine != "vllm":
+            raise ConfigError(
+                f"Config key 'rollout.use_engine_logprobs' = true with rollout.engine={self.rollout.engine!r}: it is "
+                "the vLLM engine's switch; the lean and hf engines keep their sampling log-probs with "
+                "rollout.capture_logprobs (on by default)."
+            )
+        if self.rollout.use_engine_logprobs and (self.rollout.top_k or self.rollout.top_p < 1):
+            raise ConfigError(
+                f"Config key 'rollout.use_engine_logprobs' = true with rollout.top_k={self.rollout.top_k} / "
+                f"rollout.top_p={self.rollout.top_p}: vLLM's log-probs are then of the filtered distribution, "
+                "PPO's ratio is of the unfiltered one at the sampling temperature. Turn the filters off or let the "
+                "actor recompute the log-probs (rollout.use_engine_logprobs=false)."
+            )
         if self.critic.shared_trunk and self.ppo.critic_warmup_iters:
             raise ConfigError(
                 f"Config key 'ppo.critic_warmup_iters' = {self.ppo.critic_warmup_iters}: with "
@@ -469,4 +599,4 @@ class PPOConfig:
             )
 
 
-__all__ = ["SFTConfig", "RewardModelConfig", "PPOConfig"]
+__all__ = ["SFTConfig", "RewardModelConfig", "PPOConfig", "DPOConfig"]

@@ -29,20 +29,23 @@ def default_settings() -> EngineSettings:
 
 
 def measured_policy(model, tokenizer, temperature: float, engine: str = "lean",
-                    settings: EngineSettings | None = None, path: str | None = None) -> MeasuredPolicy:
+                    settings: EngineSettings | None = None, path: str | None = None,
+                    vllm_options=None) -> MeasuredPolicy:
     """A frozen causal LM with the generation engine ``engine`` ("lean", "hf", or "vllm", which
-    loads the checkpoint at ``path`` itself) on ``settings``'s device, its log-probs at
+    loads the checkpoint at ``path`` itself, with ``vllm_options``: a
+    :class:`~tether.rollout.vllm_engine.VLLMOptions`) on ``settings``'s device, its log-probs at
     ``temperature`` (the sampling temperature; 1.0 for greedy)."""
     settings = settings or default_settings()
     prepared = prepare_models([model], settings)
     frozen = InferenceEngine(model, settings.device, settings.precision)
     if engine == "vllm":
         from tether.models import context_length
-        from tether.rollout.vllm_engine import VLLMGenerationEngine
+        from tether.rollout.vllm_engine import CLI_KEYS, VLLMGenerationEngine, VLLMOptions
 
         if path is None:
             raise ValueError("engine 'vllm' samples from a checkpoint on disk: pass its path")
-        sampler = VLLMGenerationEngine(path, tokenizer, context=context_length(model))
+        sampler = VLLMGenerationEngine(path, tokenizer, vllm_options or VLLMOptions(), context=context_length(model),
+                                       keys=CLI_KEYS)
     else:
         sampler = engine_class(engine)(model, tokenizer, autocast=settings.precision.autocast, capture=False,
                                        decode_context=prepared.decode_context)

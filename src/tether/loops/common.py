@@ -61,7 +61,8 @@ def check_data_parallel(cfg, stage: str) -> None:
         return
     if hasattr(cfg, "rollout"):
         p = cfg.ppo
-        sizes = {"rollout.batch_size": cfg.rollout.batch_size, "ppo.minibatch_size": p.minibatch_size,
+        episodes = "rollout.batch_size" if cfg.samples_per_prompt == 1 else "rollout.batch_size x group.size"
+        sizes = {episodes: cfg.episodes, "ppo.minibatch_size": p.minibatch_size,
                  "ppo.minibatch_size / ppo.grad_accum_steps": p.minibatch_size // p.grad_accum_steps}
         strategies = {cfg.distributed.strategy, cfg.critic.strategy or cfg.distributed.strategy}
     else:

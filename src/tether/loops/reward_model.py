@@ -51,7 +51,8 @@ def pair_scores(model, pairs: list, pad_id: int, autocast: str = "none") -> tupl
 
 
 def load_pairs(cfg: RewardModelConfig, tokenizer, limit: LengthLimit | None = None):
-    """Tokenized train pairs, their margins, eval pairs and counts; ``limit``: data.max_length fitted to the model."""
+    """Tokenized train pairs, their margins, eval pairs and counts; ``limit``: data.max_length fitted to the
+    model. ``cfg``: the reward-model stage's config, or DPO's (the same data block)."""
     data = cfg.data
     limit = limit or LengthLimit(data.max_length)
 
@@ -59,9 +60,10 @@ def load_pairs(cfg: RewardModelConfig, tokenizer, limit: LengthLimit | None = No
         records = load_records(source, split, key=key)
         examples, counts = preference_examples(records, cfg.on_identical)
         margins = None
-        if cfg.margin_field:
+        field = getattr(cfg, "margin_field", None)  # the RM stage's; DPO reads the same pairs without
+        if field:
             by_row = {rec.row: rec for rec in records}
-            margins = [_margin(by_row[ex.row], cfg.margin_field) for ex in examples]
+            margins = [_margin(by_row[ex.row], field) for ex in examples]
         return examples, counts, margins
 
     train, counts, margins = read(data.train, data.train_split, "data.train")

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from tether.algos import kl_k1, kl_k3, masked_mean, repetition_rate
+from tether.algos import kl_k1, kl_k3, masked_mean, repetition_rate, sampled_entropy_estimate
 from tether.errors import TrainingError
 from tether.loops.common import Timer
 from tether.loops.rl_setup import (
@@ -69,7 +69,7 @@ class RLTrainer:
         with timer("update"):
             stats.update(self.update(experience))
         self.sync_weights(timer)
-        self.kl_ctl.update(stats["objective/kl"], self.cfg.rollout.batch_size)
+        self.kl_ctl.update(stats["objective/kl"], len(rollout))
         self.iteration += 1
         self.last_experience = experience
         stats.update(timer.times)
@@ -80,14 +80,18 @@ class RLTrainer:
         return stats
 
     def next_prompts(self) -> tuple[list[list[int]], list[str]]:
-        """This iteration's slice of an endless sequence of shuffled passes over the prompts."""
+        """This iteration's slice of an endless sequence of shuffled passes over the prompts, each
+        repeated ``samples_per_prompt`` times (a group's rows are consecutive)."""
         idx = prompt_indices(len(self.prompts.ids), self.cfg.rollout.batch_size, self.iteration, self.cfg.run.seed)
+        idx = [i for i in idx for _ in range(self.algo.samples_per_prompt)]
         return [self.prompts.ids[i] for i in idx], [self.prompts.texts[i] for i in idx]
 
     @torch.no_grad()
     def make_experience(self, rollout: Rollout, timer: Timer) -> tuple[Experience, dict]:
         with timer("logprobs"):
             logp, entropy = self.actor.logprobs(rollout, with_entropy=True)
+            if entropy is None:  # the engine's log-probs came without entropies (vLLM)
+                entropy = sampled_entropy_estimate(logp)
         with timer("ref_logprobs"):
             ref_logp, _ = self.reference.logprobs(rollout)
         with timer("values"):
@@ -144,6 +148,8 @@ class RLTrainer:
         out = average_steps(steps)
         out.update({"ppo/early_stop": float(early_stop), "ppo/minibatches": len(steps),
                     "optim/lr": self.actor.last_lr(), "ppo/actor_trained": float(actor_on)})
+        if actor_on and cfg.rollout.use_engine_logprobs:  # how far the engine's pi_old is from the actor's
+            out["rollout/engine_ratio_deviation"] = self.last_ratio_deviation
         return out
 
     def sync_weights(self, timer: Timer) -> None:

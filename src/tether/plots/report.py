@@ -342,6 +342,12 @@ def _kl_band(config: dict) -> tuple[float, float] | None:
 
 
 # -- entry point ------------------------------------------------------------------------------
+COMPARE_NOTE = ("<p>Every method from the same SFT model and reward model, with the same budget of generated "
+                "responses, scored on the same held-out samples: gold (the judge) and proxy (the reward model) "
+                "against the KL to SFT. Lines follow each run's held-out evaluations; stars are the final "
+                "policies; the dashed curve is best-of-N of SFT at its analytic KL (docs/algorithms.md).</p>")
+
+
 def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Write ``run_dir/report.html`` (or ``out``) from the run's files; return its path.
 
@@ -410,6 +416,14 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
             body += _table(["n", "KL (analytic)", "proxy", "gold"],
                            [[r.get("n"), r.get("kl_analytic"), r.get("proxy_score"), r.get("gold_score")] for r in bon_rows])
             section("best-of-n", "Best-of-N", body)
+        compared = read_json(root / "compare.json") if (root / "compare.json").is_file() else None
+        if isinstance(compared, dict) and compared.get("methods"):
+            from tether.plots.compare import compare_plot, compare_rows
+
+            header, rows = compare_rows(compared)
+            section("compare", "Methods compared (tether compare)",
+                    COMPARE_NOTE + _img(compare_plot(compared, tmp / "compare.png"), "methods compared")
+                    + _table(header, rows, text_cols=(0,)))
         stage_parts = []
         if files["sft_metrics"]:
             rows = [r for r in read_jsonl(files["sft_metrics"]) if r.get("stage", "sft") == "sft"]

@@ -56,12 +56,18 @@ class Roles:
 ROLE_NAMES = ("actor", "reference", "critic", "reward")
 
 
+def role_names(cfg: PPOConfig) -> tuple[str, ...]:
+    """The roles ``cfg``'s algorithm runs: all four, or no critic (grpo, rloo, reinforce_pp)."""
+    return ROLE_NAMES if cfg.needs_critic else tuple(n for n in ROLE_NAMES if n != "critic")
+
+
 def role_groups(cfg: PPOConfig, colocate: list[list[str]] = ()) -> list[tuple[str, ...]]:
     """The roles that must share a process, plus ``colocate``'s groups: the rollout engine samples
     from the actor's weights; a LoRA actor's base is the reference; a shared-trunk critic is a head
     on the actor; a LoRA critic's base is the reward model. Returns the groups (roles in
     :data:`ROLE_NAMES` order), the actor's group first."""
-    parent = {name: name for name in ROLE_NAMES}
+    names = role_names(cfg)
+    parent = {name: name for name in names}
 
     def find(x):
         while parent[x] != x:
@@ -73,15 +79,16 @@ def role_groups(cfg: PPOConfig, colocate: list[list[str]] = ()) -> list[tuple[st
 
     if cfg.lora.enabled and not cfg.reference:
         join("reference", "actor")
-    if cfg.critic.shared_trunk:
+    if cfg.critic.shared_trunk and "critic" in names:
         join("critic", "actor")
-    if shares_reward_base(cfg):
+    if shares_reward_base(cfg) and "critic" in names:
         join("reward", "critic")
     for group in colocate:
+        group = [name for name in group if name in names]
         for name in group[1:]:
             join(name, group[0])
     groups: dict[str, list[str]] = {}
-    for name in ROLE_NAMES:
+    for name in names:
         groups.setdefault(find(name), []).append(name)
     return sorted((tuple(g) for g in groups.values()), key=lambda g: ("actor" not in g, g))
 
@@ -119,7 +126,7 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAME
     """Load the roles' models; with ``checkpoint`` the actor and critic come from it (resume: the
     full models, or the adapters on their bases under LoRA). ``needed``: build only these roles
     (a group of :func:`role_groups`; the rollout engine comes with the actor)."""
-    needed = set(needed)
+    needed = set(needed) & set(role_names(cfg))
     settings = engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
     policy_path = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path,
@@ -186,7 +193,7 @@ def _reward_members(reward) -> list[ModelReward]:
 def optimizer_specs(cfg: PPOConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
     """The actor's and the critic's AdamW and schedule (constant after a linear warm-up)."""
     p = cfg.ppo
-    total = p.iterations * p.epochs * (cfg.rollout.batch_size // p.minibatch_size)
+    total = p.iterations * p.epochs * (cfg.episodes // p.minibatch_size)
     common = dict(weight_decay=p.weight_decay, fused=p.fused_optimizer, schedule="constant",
                   warmup_steps=p.warmup_steps, total_steps=total, min_lr_ratio=1.0, max_grad_norm=p.max_grad_norm)
     groups = (("value_head", cfg.critic.lr),) if cfg.critic.shared_trunk else ()
@@ -196,7 +203,7 @@ def optimizer_specs(cfg: PPOConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
 def vllm_engine(cfg: PPOConfig, tokenizer, actor, context: int | None):
     """A vLLM engine over the policy's initial checkpoint, its weights then pulled from ``actor``
     (merged, under LoRA) before the first rollout and after every update. The actor recomputes
-    the rollout log-probs (the engine's are not captured)."""
+    the rollout log-probs unless ``rollout.use_engine_logprobs`` (then the engine returns them)."""
     from tether.rollout.vllm_engine import VLLMGenerationEngine, VLLMOptions
 
     v = cfg.rollout.vllm
@@ -204,7 +211,8 @@ def vllm_engine(cfg: PPOConfig, tokenizer, actor, context: int | None):
                           max_model_len=v.max_model_len, tensor_parallel_size=v.tensor_parallel_size,
                           enforce_eager=v.enforce_eager, cpu_kvcache_gb=v.cpu_kvcache_gb,
                           sync_bucket_mb=v.sync_bucket_mb, seed=cfg.run.seed, seed_requests=v.seed_requests)
-    engine = VLLMGenerationEngine(cfg.model.name_or_path, tokenizer, options, capture=False, context=context)
+    engine = VLLMGenerationEngine(cfg.model.name_or_path, tokenizer, options,
+                                  capture=cfg.rollout.use_engine_logprobs, context=context)
     engine.weights_source = actor.sync_weights
     return engine
 
@@ -247,7 +255,8 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         actor_model = trainable(actor_model, cfg.lora, adapters.get("actor"), cfg.gradient_checkpointing, False, "lora")
         trained = PolicyWithValueHead(actor_model, critic_model) if shared else actor_model
         actor_engine = TrainingEngine(trained, actor_spec, strategy=cfg.distributed.strategy, **engine)
-        actor = Actor(actor_engine, cfg.rollout.temperature, use_captured=cfg.rollout.capture_logprobs)
+        captured = cfg.rollout.use_engine_logprobs if cfg.rollout.engine == "vllm" else cfg.rollout.capture_logprobs
+        actor = Actor(actor_engine, cfg.rollout.temperature, use_captured=captured)
         critic = SharedTrunkCritic(actor) if shared else None
         contexts[cfg.model.name_or_path] = context_length(unwrap(actor_model))
         if cfg.rollout.engine == "vllm":

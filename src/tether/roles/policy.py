@@ -81,14 +81,14 @@ def response_tokens(micro: Experience) -> float:
 
 
 def minibatch_steps(engine, exp: Experience, minibatches: list[list[Tensor]], step_loss, name: str, where: str,
-                    norm_keys: tuple[str, ...]) -> list[dict]:
+                    norm_keys: tuple[str, ...], weight=response_tokens) -> list[dict]:
     """One ``engine.train_step`` per minibatch (a list of micro-batch index tensors, weighted by
     their share of the tokens); each step's stats, its gradient norm under ``norm_keys``, the
     skipped-step count and its timing."""
     results = []
     for micro_indices in minibatches:
         micros = [exp.select(index) for index in micro_indices]
-        step = engine.train_step(micros, step_loss, response_tokens, name, where)
+        step = engine.train_step(micros, step_loss, weight, name, where)
         stats = {**step["stats"], "optim/skipped_steps": float(step["skipped_steps"])}
         if step["grad_norm"] is not None:
             stats.update({key: step["grad_norm"] for key in norm_keys})
@@ -125,9 +125,10 @@ class Actor(Reference, TrainedRole):
         self.shared_trunk = isinstance(engine.model, PolicyWithValueHead)
 
     def logprobs(self, rollout: Rollout, with_entropy: bool = False, use_captured: bool = True):
-        """(B, A) log pi_old at the sampling temperature and (B, A) entropies or None; no gradient."""
-        captured = rollout.sampled_logprobs is not None and (not with_entropy or rollout.sampled_entropy is not None)
-        if use_captured and self.use_captured and captured:
+        """(B, A) log pi_old at the sampling temperature and (B, A) entropies or None; no gradient.
+        Entropies are None when not asked for, or when the captured log-probs come without them."""
+        if use_captured and self.use_captured and rollout.sampled_logprobs is not None:
+            # An engine without entropies (vLLM) gives None for them: the caller estimates.
             ro = self.engine.to_device(rollout)
             return ro.sampled_logprobs, ro.sampled_entropy if with_entropy else None
         e = self.engine
@@ -151,7 +152,9 @@ class Actor(Reference, TrainedRole):
 
         # With a shared trunk one clip covers the trunk and the value head: both norms are that one.
         norms = ("optim/grad_norm", "optim/critic_grad_norm") if self.shared_trunk else ("optim/grad_norm",)
-        return minibatch_steps(e, exp, minibatches, step_loss, "policy loss", where, norms)
+        # A loss that aggregates per response (GRPO's sequence mean) weighs micro-batches by responses.
+        weight = getattr(loss_fn, "micro_weight", response_tokens)
+        return minibatch_steps(e, exp, minibatches, step_loss, "policy loss", where, norms, weight)
 
     def sync_weights(self):
         """(name, tensor) of the causal LM as a plain Hugging Face checkpoint names them: what a

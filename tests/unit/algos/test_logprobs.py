@@ -57,3 +57,20 @@ def test_ignore_index_and_bad_temperature():
     torch.testing.assert_close(out, torch.tensor([[0.0, -math.log(3)]]))
     with pytest.raises(ValueError):
         token_logprobs(logits, torch.tensor([[0, 1]]), 0.0)
+
+
+def test_sampled_entropy_estimate_is_minus_the_logprob():
+    from tether.algos import sampled_entropy_estimate
+
+    logp = torch.tensor([[math.log(0.25), math.log(0.5)]])
+    assert torch.allclose(sampled_entropy_estimate(logp), torch.tensor([[math.log(4.0), math.log(2.0)]]))
+
+
+def test_sampled_entropy_estimate_is_unbiased_over_draws():
+    """Tokens drawn from p = (0.5, 0.25, 0.25): the mean of -log p(a) tends to H(p) = 1.5 ln 2."""
+    from tether.algos import sampled_entropy_estimate
+
+    p = torch.tensor([0.5, 0.25, 0.25])
+    draws = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(0))
+    estimate = float(sampled_entropy_estimate(p.log()[draws]).mean())
+    assert abs(estimate - 1.5 * math.log(2)) < 5e-3

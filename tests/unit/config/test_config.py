@@ -399,3 +399,12 @@ def test_device_and_precision_are_validated():
         load_config(SFTConfig, None, [*base, "run.device=gpu0"])
     with pytest.raises(ConfigError, match="run.precision"):
         load_config(SFTConfig, None, [*base, "run.precision=int8"])
+
+
+def test_engine_logprobs_belong_to_vllm_without_filters():
+    assert ppo("rollout.engine=vllm", "rollout.use_engine_logprobs=true").rollout.use_engine_logprobs
+    with pytest.raises(ConfigError, match="rollout.use_engine_logprobs.*rollout.engine='lean'.*capture_logprobs"):
+        ppo("rollout.use_engine_logprobs=true")
+    for flt in ("rollout.top_k=5", "rollout.top_p=0.9"):
+        with pytest.raises(ConfigError, match="filtered distribution"):
+            ppo("rollout.engine=vllm", "rollout.use_engine_logprobs=true", flt)

@@ -1,5 +1,5 @@
 """The vLLM engine's parts that need no vLLM: the install paragraph, weight buckets, and the
-names a LoRA actor's merged weights go under (the engine itself: tests/vllm, in .venv-vllm)."""
+names a LoRA actor's merged weights go under (the engine itself: tests/on_vllm, in .venv-vllm)."""
 
 from __future__ import annotations
 
@@ -71,3 +71,53 @@ def test_startup_cause_keeps_the_reason_not_the_link():
                                             "max_model_len")
     assert startup_cause(RuntimeError("boom\nNo available memory for the cache blocks")) == (
         "RuntimeError: No available memory for the cache blocks")
+
+
+class _StopAfter:
+    """A step hook (as `tether serve` passes): row i is finished after ``limits[i]`` tokens or at
+    token ``stop``; records the columns it was shown."""
+
+    def __init__(self, limits, stop):
+        self.limits, self.stop, self.counts, self.seen = limits, stop, [0] * len(limits), []
+        self.done = [False] * len(limits)
+
+    def __call__(self, column):
+        self.seen.append(column.tolist())
+        for i, token in enumerate(column.tolist()):
+            if not self.done[i]:
+                self.counts[i] += 1
+                self.done[i] = token == self.stop or self.counts[i] >= self.limits[i]
+        return torch.tensor(self.done)
+
+
+def test_replay_steps_cuts_each_row_where_the_hook_finished_it():
+    from tether.rollout.vllm_engine import replay_steps
+
+    tokens = [[5, 6, 7, 2], [8, 9], [1, 3, 3, 4, 5]]
+    hook = _StopAfter(limits=[9, 9, 3], stop=6)
+    assert replay_steps(tokens, hook, pad_id=0) == [[5, 6], [8, 9], [1, 3, 3]]
+    # Step by step as while decoding: finished or exhausted rows show the pad id; it stops when all are done.
+    assert hook.seen == [[5, 8, 1], [6, 9, 3], [0, 0, 3]]
+
+
+def test_replay_steps_matches_the_lean_loop_running_the_hook(tiny_task):
+    """Greedy: the lean loop with the hook live, and the lean loop's full responses replayed,
+    give the same tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tether.rollout import LeanGenerationEngine, SamplingParams
+    from tether.rollout.vllm_engine import replay_steps
+
+    path = tiny_task["dir"] / "base_model"
+    tok = AutoTokenizer.from_pretrained(path)
+    engine = LeanGenerationEngine(AutoModelForCausalLM.from_pretrained(path), tok, capture=False)
+    prompts = [tok(t).input_ids for t in ("1+2=", "17+25=", "3+4=", "99+1=")]
+    params = SamplingParams(max_new_tokens=10, greedy=True)
+    full = engine.generate(prompts, [""] * 4, params)
+    rows = [ids[: int(m.sum())].tolist() for ids, m in zip(full.response_ids, full.response_mask)]
+    stop = rows[0][1]  # a token the first row meets at its second step
+    live = engine.generate(prompts, [""] * 4, params, on_step=_StopAfter([10, 3, 10, 5], stop))
+    replayed = replay_steps(rows, _StopAfter([10, 3, 10, 5], stop), tok.pad_token_id)
+    for ids, row in zip(live.response_ids.tolist(), replayed):
+        assert ids[: len(row)] == row and all(t == tok.pad_token_id for t in ids[len(row):])
+    assert len(replayed[0]) == 2 and len(replayed[1]) <= 3

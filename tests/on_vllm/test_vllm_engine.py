@@ -180,3 +180,40 @@ def test_a_model_vllm_cannot_load_is_one_paragraph(tiny_task, tmp_path):
     text = str(err.value)
     assert f"vLLM could not start on '{path}'" in text and "foobar" in text and "rollout.vllm.max_model_len" in text
     assert "errors.pydantic.dev" not in text
+
+
+def test_a_run_on_the_engines_logprobs_reports_their_distance_from_the_actors(tiny_task, tmp_path):
+    """rollout.use_engine_logprobs: no actor scoring pass; the first-minibatch ratio check sees
+    the engine's pi_old against the actor's forward, and the run logs how far apart they are."""
+    import json
+
+    from tether.loops.ppo import run_ppo
+
+    import psutil
+
+    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "rollout.use_engine_logprobs=true",
+                                                 "ppo.on_invariant=error", "ppo.actor_lr=1e-3"))
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    run_ppo(cfg)
+    _, alive = psutil.wait_procs([p for p in psutil.Process().children(recursive=True) if p.pid not in before
+                                  and p.name().startswith("VLLM")], timeout=30)
+    assert not alive, "the run's vLLM engine outlived it"
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "rollout/engine_ratio_deviation" in r]
+    assert len(rows) == 2
+    for row in rows:
+        assert 0 <= row["rollout/engine_ratio_deviation"] <= SYNC_ATOL, row
+        assert row["objective/entropy"] > 0 and row["timing/logprobs"] < 0.05  # no actor forward
+    print("\nengine log-probs: ratio deviation " + ", ".join(f"{r['rollout/engine_ratio_deviation']:.1e}" for r in rows))
+
+
+def test_grpo_samples_its_groups_on_vllm(tiny_task, tmp_path):
+    """A critic-free algorithm on the vLLM engine: groups of 4 responses per prompt, synced weights."""
+    from tether.loops.ppo import run_ppo
+
+    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "algorithm=grpo", "group.size=4",
+                                                 "rollout.batch_size=2", "ppo.minibatch_size=8",
+                                                 "rollout.vllm.check_sync=true", "ppo.on_invariant=error"))
+    result = run_ppo(cfg)
+    assert len(result["trainer"].last_experience) == 8
+    assert all(row["rollout/sync_logprob_diff"] <= SYNC_ATOL for row in result["history"])

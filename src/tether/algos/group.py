@@ -1,0 +1,103 @@
+"""Critic-free advantages and the policy-loss aggregations of GRPO, RLOO and REINFORCE++.
+
+Rows of a batch come in groups: ``group_size`` consecutive responses to one prompt.
+
+- GRPO (Shao et al. 2024, DeepSeekMath, eq. 3 and sec. 4.1.2): the group's mean reward is the
+  baseline and its standard deviation the scale, Â_i = (r_i − mean(r)) / (std(r) + eps), the
+  same at every token of response i. Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like
+  Training") drops the std scaling, which favours groups of near-equal rewards.
+- RLOO (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics", eq. 6): the baseline of
+  response i is the mean reward of the group's *other* k − 1 responses.
+- REINFORCE++ (Hu 2025): per-token rewards (−β·KL at every token, the score at the last),
+  returns summed to the end (γ), normalised over the whole batch: no critic, no groups needed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from tether.algos.gae import gae_advantages
+from tether.algos.masked import masked_whiten
+
+Aggregation = Literal["token_mean", "sequence_mean", "fixed_normalizer"]
+AGGREGATIONS = ("token_mean", "sequence_mean", "fixed_normalizer")
+
+
+def grouped(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(B,) -> (B / group_size, group_size): consecutive rows are one prompt's group."""
+    if group_size < 1 or x.shape[0] % group_size:
+        raise ValueError(f"{x.shape[0]} rows do not split into groups of {group_size}")
+    return x.reshape(-1, group_size)
+
+
+def group_advantages(scores: torch.Tensor, group_size: int, scale_by_std: bool = True,
+                     eps: float = 1e-4) -> torch.Tensor:
+    """GRPO's advantages: (B,) sequence rewards -> (B,) (r − group mean) / (group std + eps),
+    or r − group mean when ``scale_by_std`` is False (Dr. GRPO). The std is the sample one
+    (n − 1), as TRL's GRPOTrainer computes it; a group of one has advantage 0."""
+    g = grouped(scores.float(), group_size)
+    centred = g - g.mean(dim=1, keepdim=True)
+    if scale_by_std and group_size > 1:
+        centred = centred / (g.std(dim=1, keepdim=True) + eps)
+    return centred.reshape(-1)
+
+
+def rloo_advantages(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """RLOO's advantages: (B,) sequence rewards -> (B,) r_i − mean_{j≠i} r_j over each group of
+    ``k`` (k ≥ 2); equal to k/(k − 1)·(r_i − group mean)."""
+    if k < 2:
+        raise ValueError(f"RLOO needs at least 2 samples per prompt (group.size), got {k}")
+    g = grouped(scores.float(), k)
+    others = (g.sum(dim=1, keepdim=True) - g) / (k - 1)
+    return (g - others).reshape(-1)
+
+
+def sequence_kl_penalty(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tensor:
+    """A KL-shaped sequence reward: (B,) score − β·Σ_t KL_t over the (B, A) response tokens
+    (RLOO as TRL and Ahmadian et al. define it; GRPO with the KL in the reward)."""
+    return scores.float() - beta * (kl.float() * mask).sum(dim=1)
+
+
+def reinforce_pp_advantages(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """REINFORCE++'s advantages: (B, A) per-token rewards -> (B, A) returns-to-go
+    G_t = Σ_{s≥t} γ^{s−t} r_s, whitened over every response token of the batch."""
+    returns, _ = gae_advantages(rewards.float(), torch.zeros_like(rewards, dtype=torch.float32), mask, gamma, 1.0)
+    return masked_whiten(returns, mask)
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation, max_tokens: int | None = None) -> torch.Tensor:
+    """One loss from (B, A) per-token losses over the response mask:
+
+    - ``token_mean``: Σ loss / Σ tokens over the batch (DAPO, Yu et al. 2025, eq. 8): every token
+      weighs the same, so long responses weigh more;
+    - ``sequence_mean``: the mean over responses of each response's token mean (GRPO, Shao et
+      al. 2024, eq. 3): every response weighs the same, its tokens 1/|o_i| each;
+    - ``fixed_normalizer``: Σ loss / (B · ``max_tokens``) (Dr. GRPO, Liu et al. 2025): a constant
+      normaliser, so no length bias from the division.
+    """
+    m = mask.to(per_token.dtype)
+    total = (per_token * m).sum()
+    if how == "token_mean":
+        return total / m.sum().clamp(min=1)
+    if how == "sequence_mean":
+        return ((per_token * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)).mean()
+    if how == "fixed_normalizer":
+        if not max_tokens:
+            raise ValueError("fixed_normalizer needs max_tokens (the response length cap)")
+        return total / (per_token.shape[0] * max_tokens)
+    raise ValueError(f"unknown aggregation {how!r}; expected one of {AGGREGATIONS}")
+
+
+def aggregation_weight(mask: torch.Tensor, how: Aggregation) -> float:
+    """A micro-batch's share for accumulating ``aggregate`` over micro-batches (and ranks) into
+    the minibatch's value: its response tokens for ``token_mean``, its responses otherwise."""
+    return float(mask.sum()) if how == "token_mean" else float(mask.shape[0])
+
+
+def asymmetric_clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float,
+                                 clip_high: float) -> torch.Tensor:
+    """Elementwise min(r·A, clip(r, 1 − clip_low, 1 + clip_high)·A): PPO's surrogate with DAPO's
+    separate lower and upper clip ("clip-higher", Yu et al. 2025, sec. 3.1)."""
+    return torch.min(ratio * advantages, torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages)

@@ -1,0 +1,11 @@
+"""`tether grpo`: see :mod:`tether.commands.stage`."""
+
+from tether.commands.stage import register_stage, run_stage
+
+
+def register(sub) -> None:
+    register_stage(sub, "grpo")
+
+
+def run(args) -> int:
+    return run_stage(args)

@@ -1,0 +1,148 @@
+"""`tether compare --demo`: every alignment method from the same SFT model and reward model on the
+demo task, with the same budget of generated tokens, measured the same way, on one chart.
+
+The SFT model, the reward model and the task come from a demo directory (``--from``, or a fresh
+one built here). Each method runs from its preset in ``configs/demo/`` as its own command in a
+child process (so its wall time and peak RSS are its own): ppo, grpo, rloo and reinforce_pp
+generate 128 responses of at most 24 tokens per iteration for 100 iterations; dpo trains on the
+reward model's preference pairs and generates nothing. Every final policy (and the RL runs'
+held-out evaluations during training, and DPO's checkpoints) is then scored on the held-out
+prompts by the gold judge and the reward model, with the KL to the SFT policy, beside the
+best-of-N curve of the SFT policy. ``DIR/compare.json``, ``DIR/compare.md`` and
+``DIR/compare.png`` hold the results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tether.runs import write_json
+
+METHODS = ("ppo", "grpo", "rloo", "reinforce_pp", "dpo")
+RL_METHODS = ("ppo", "grpo", "rloo", "reinforce_pp")
+DPO_SNAPSHOTS = 4  # DPO checkpoints evaluated along the way (its trajectory)
+
+
+def method_args(method: str, demo: Path, out: Path, seed: int, extra: list[str]) -> list[str]:
+    """The command line of one method: its preset with the demo's paths (as `tether demo` runs PPO)."""
+    from tether.demo import preset
+
+    task = demo / "task"
+    common = [f"run.out={out / method}", f"run.seed={seed}", "run.overwrite=true", "run.progress=false",
+              f"model.name_or_path={demo / 'sft'}"]
+    if method == "dpo":
+        paths = [f"data.train={task / 'prefs_train.jsonl'}", f"data.eval={task / 'prefs_eval.jsonl'}"]
+    else:
+        paths = [f"prompts={task / 'ppo_prompts.jsonl'}", f"reward.models=[{demo / 'rm'}]",
+                 f"eval.prompts={task / 'eval_prompts.jsonl'}"]
+    return [method, "--config", str(preset(method)), *common, *paths, *extra]
+
+
+def run_method(argv: list[str], log_path: Path) -> dict:
+    """Run one tether command in a child process; its wall time, peak RSS and exit code."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tether.cli", *argv], stdout=log, stderr=subprocess.STDOUT,
+                                env=env)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own resource usage (ru_maxrss in KiB)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"time_s": time.perf_counter() - t0, "peak_rss_mb": usage.ru_maxrss / 1024, "exit_code": proc.returncode}
+
+
+def rl_trajectory(run_dir: Path) -> list[dict]:
+    """The held-out evaluations an RL run logged during training (``eval.every``)."""
+    from tether.metrics.logger import read_metrics
+
+    return [{"step": r["step"], "gold_score": r.get("eval/gold_score"), "proxy_score": r.get("eval/proxy_score"),
+             "kl": r.get("eval/kl")} for r in read_metrics(run_dir / "metrics.jsonl") if "eval/kl" in r]
+
+
+def compare_demo(out: Path, demo: Path | None = None, methods=METHODS, seed: int = 0,
+                 overrides: dict[str, list[str]] | None = None, eval_repeats: int = 4, say=print) -> dict:
+    """Run ``methods`` from the demo's SFT and RM (``demo``, or a fresh demo under ``out/demo``),
+    score them all and write compare.json / .md / .png in ``out``; returns compare.json's data."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    overrides = overrides or {}
+    demo = Path(demo) if demo is not None else prepare_demo(out / "demo", seed, say)
+    runs = {}
+    for i, method in enumerate(methods, 1):
+        extra = list(overrides.get(method, []))
+        if method == "dpo":
+            extra = [f"run.save_every={_dpo_snapshot_every(demo)}", f"run.keep_checkpoints={DPO_SNAPSHOTS + 1}", *extra]
+        say(f"[{i}/{len(methods)}] {method}: {out / method}")
+        result = run_method(method_args(method, demo, out, seed, extra), out / f"{method}.log")
+        if result["exit_code"] != 0:
+            from tether.errors import TrainingError
+
+            raise TrainingError(f"`tether {method}` failed (exit {result['exit_code']}); its output is in "
+                                f"{out / (method + '.log')}.")
+        runs[method] = result
+    say("measuring every policy on the held-out prompts")
+    from tether.eval.compare import measure
+
+    data = measure(out, demo, runs, seed, eval_repeats)
+    write_json(out / "compare.json", data)
+    from tether.plots.compare import compare_plot, compare_table
+
+    compare_plot(data, out / "compare.png")
+    (out / "compare.md").write_text(compare_table(data) + "\n", encoding="utf-8")
+    from tether.plots.report import build_report
+
+    if (out / "ppo" / "metrics.jsonl").is_file():
+        build_report(out)  # the PPO run's report, with the comparison's chart and table
+    return data
+
+
+def _dpo_snapshot_every(demo: Path) -> int:
+    """Steps between DPO checkpoints: DPO_SNAPSHOTS along one epoch of the demo preset."""
+    from tether.config import DPOConfig, load_config
+    from tether.demo import preset
+
+    cfg = load_config(DPOConfig, preset("dpo"), [])
+    rows = sum(1 for line in (demo / "task" / "prefs_train.jsonl").read_text().splitlines() if line.strip())
+    steps = max(1, int(rows * cfg.epochs) // cfg.optim.batch_size)
+    return max(1, steps // DPO_SNAPSHOTS)
+
+
+def prepare_demo(demo: Path, seed: int, say) -> Path:
+    """The demo task, its SFT model and reward model in ``demo`` (reused when already there)."""
+    from tether.demo import stage_configs
+    from tether.loops.reward_model import run_reward_model
+    from tether.loops.sft import run_sft
+    from tether.tasks.arith import build_task
+
+    if all((demo / part / "model.safetensors").is_file() for part in ("sft", "rm")):
+        say(f"reusing the SFT and reward models in {demo}")
+        return demo
+    demo.mkdir(parents=True, exist_ok=True)
+    build_task(demo / "task", seed=seed)
+    sft_cfg, rm_cfg, _ = stage_configs(demo, seed, None, {}, False)
+    say(f"SFT: {sft_cfg.run.out}")
+    run_sft(sft_cfg)
+    say(f"reward model: {rm_cfg.run.out}")
+    run_reward_model(rm_cfg)
+    return demo
+
+
+def load_overrides(items: list[str]) -> dict[str, list[str]]:
+    """``METHOD:KEY=VALUE`` strings (``--set``) by method."""
+    from tether.errors import ConfigError
+
+    by_method: dict[str, list[str]] = {}
+    for item in items:
+        method, sep, rest = item.partition(":")
+        if not sep or method not in METHODS or "=" not in rest:
+            raise ConfigError(f"--set {item!r}: expected METHOD:KEY=VALUE with METHOD one of {', '.join(METHODS)}.")
+        by_method.setdefault(method, []).append(rest)
+    return by_method
+
+
+def read(path: Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -1,0 +1,158 @@
+"""DPO (and IPO): the policy trained on preference pairs directly, with no reward model and no
+RL loop (Rafailov et al. 2023). The pairs are the reward-model stage's files.
+
+The reference's summed log-probs of every chosen and rejected response are computed once, before
+the first step (a separate reference model is then dropped; under LoRA the reference is the
+policy's base with its adapters off, as in PPO). Each step scores chosen and rejected in one
+forward of the policy. Held-out evaluation reports the implicit reward β·(log π − log π_ref):
+its pairwise accuracy and margin, the numbers the reward-model stage reports for its explicit
+reward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+from tether.algos.dpo import dpo_loss, implicit_rewards
+from tether.config import DPOConfig
+from tether.data import collate_left, collate_right
+from tether.distributed import all_gather_objects
+from tether.distributed.shard import rank_slice
+from tether.engines import TrainingEngine, engine_settings, prepare_models
+from tether.loops.common import begin_run, fit_to_context, log_data_counts, save_final, steps_for
+from tether.loops.reward_model import load_pairs
+from tether.loops.sft import optimizer_spec
+from tether.loops.supervised import SupervisedJob, train_supervised
+from tether.models import load_causal_lm, load_tokenizer
+from tether.models.loading import load_model_config
+from tether.models.lora import is_peft, trainable
+from tether.roles.policy import policy_forward
+from tether.runs import guarded_run, prepare_run_dir
+from tether.types import Rollout
+
+
+def pair_logprobs(model, pairs: list, pad_id: int, autocast: str = "none") -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed response log-probs (B,), (B,) of each pair's chosen and rejected response under
+    ``model``, in one forward over 2B sequences (prompts left-padded, responses right-padded)."""
+    device = next(model.parameters()).device
+    prompts = [p.prompt_ids for p in pairs] * 2
+    responses = [p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs]
+    prompt_ids, prompt_mask = collate_left(prompts, pad_id)
+    resp = collate_right(responses, pad_id)
+    rollout = Rollout(prompt_ids.to(device), prompt_mask.to(device), resp["input_ids"].to(device),
+                      resp["attention_mask"].to(device), ended=torch.ones(len(responses), dtype=torch.bool),
+                      prompts=[""] * len(responses), responses=[""] * len(responses))
+    out = policy_forward(model, rollout, 1.0, False, autocast)
+    sums = (out.logprobs * rollout.response_mask).sum(dim=1)
+    return sums[: len(pairs)], sums[len(pairs):]
+
+
+@torch.no_grad()
+def reference_logprobs(model, pairs: list, pad_id: int, batch_size: int, autocast: str = "none") -> torch.Tensor:
+    """(N, 2) reference log-probs (chosen, rejected) of every pair; under data parallel each rank
+    scores a contiguous share and the shares are gathered in rank order."""
+    was_training = model.training
+    model.eval()
+    mine = pairs[rank_slice(len(pairs))]
+    parts = []
+    for start in range(0, len(mine), batch_size):
+        c, r = pair_logprobs(model, mine[start: start + batch_size], pad_id, autocast)
+        parts.append(torch.stack([c, r], dim=1).float().cpu())
+    model.train(was_training)
+    share = torch.cat(parts) if parts else torch.zeros(0, 2)
+    return torch.cat(all_gather_objects(share))
+
+
+@torch.no_grad()
+def evaluate_dpo(model, pairs: list, ref: torch.Tensor, pad_id: int, batch_size: int, beta: float,
+                 kind: str = "sigmoid", label_smoothing: float = 0.0, autocast: str = "none") -> dict:
+    """Held-out loss, and the implicit reward's pairwise accuracy, margin and means (``ref``: the
+    pairs' (N, 2) reference log-probs)."""
+    policy = reference_logprobs(model, pairs, pad_id, batch_size, autocast)
+    ref = ref.to(policy.device)
+    chosen = implicit_rewards(policy[:, 0], ref[:, 0], beta)
+    rejected = implicit_rewards(policy[:, 1], ref[:, 1], beta)
+    return {
+        "eval/loss": float(dpo_loss(policy[:, 0], policy[:, 1], ref[:, 0], ref[:, 1], beta, kind, label_smoothing)),
+        "eval/accuracy": float((chosen > rejected).float().mean()),
+        "eval/margin": float((chosen - rejected).mean()),
+        "eval/chosen_reward": float(chosen.mean()),
+        "eval/rejected_reward": float(rejected.mean()),
+    }
+
+
+def adapters_off(model):
+    """The context in which a peft model is its base (the reference under LoRA)."""
+    return model.disable_adapter() if is_peft(model) else contextlib.nullcontext()
+
+
+def reference_of(cfg: DPOConfig, engine: TrainingEngine, policy, tokenizer, settings,
+                 *pair_sets: list) -> list[torch.Tensor]:
+    """(N, 2) reference log-probs of each list of pairs: under the policy's base with its adapters
+    off (LoRA and no ``reference``; ``policy`` is the engine's peft model), or a frozen model loaded
+    for the purpose and dropped after."""
+    pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
+    if cfg.lora.enabled and not cfg.reference:
+        with adapters_off(policy):
+            return [engine.infer(reference_logprobs, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
+    reference = load_causal_lm(cfg.reference or cfg.model.name_or_path, tokenizer, cfg.model.dtype,
+                               trust_remote_code=cfg.model.trust_remote_code,
+                               key="reference" if cfg.reference else "model.name_or_path")
+    prepare_models([reference], settings)
+    reference.to(engine.device)
+    return [reference_logprobs(reference, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
+
+
+@guarded_run
+def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
+    """Train the policy with DPO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
+    ckpt = begin_run(cfg, "dpo", resume)
+    settings = engine_settings(cfg)
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    models = {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path")}
+    if cfg.reference:
+        models[cfg.reference] = load_model_config(cfg.reference, "reference")
+    limit = fit_to_context(cfg.data.max_length, "data.max_length", models)
+    train, _, evals, counts = load_pairs(cfg, tokenizer, limit)
+    pad = tokenizer.pad_token_id
+    batch = cfg.optim.batch_size
+    full = ckpt is not None and not cfg.lora.enabled  # a LoRA checkpoint holds the adapters alone
+    model = load_causal_lm(str(ckpt / "model") if full else cfg.model.name_or_path, tokenizer, cfg.model.dtype,
+                           trust_remote_code=cfg.model.trust_remote_code, key=None if full else "model.name_or_path")
+    prepare_models([model], settings)
+    model = trainable(model, cfg.lora, ckpt / "model" if ckpt and cfg.lora.enabled else None,
+                      cfg.gradient_checkpointing)
+    total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
+                            settings.on_nonfinite, strategy=cfg.distributed.strategy)
+    autocast = engine.autocast
+    ref_train, ref_eval = reference_of(cfg, engine, model, tokenizer, settings, train, evals)
+    out = prepare_run_dir(cfg.run.out, cfg, "dpo", cfg.run.overwrite, resume=ckpt is not None)
+    if ckpt is None:
+        log_data_counts(out, "dpo", {"train_pairs": len(train), "eval_pairs": len(evals), **counts})
+    beta, kind, smoothing = cfg.dpo.beta, cfg.dpo.loss, cfg.dpo.label_smoothing
+
+    def loss(module, items):
+        pc, pr = pair_logprobs(module, [train[i] for i in items], pad, autocast)
+        ref = engine.to_device(ref_train[torch.tensor(items)])
+        value = dpo_loss(pc, pr, ref[:, 0], ref[:, 1], beta, kind, smoothing)
+        with torch.no_grad():
+            chosen, rejected = implicit_rewards(pc, ref[:, 0], beta), implicit_rewards(pr, ref[:, 1], beta)
+        return value, {"train/loss": float(value.detach()),
+                       "train/accuracy": float((chosen > rejected).float().mean()),
+                       "train/margin": float((chosen - rejected).mean())}
+
+    def evaluate() -> dict:
+        return engine.infer(evaluate_dpo, evals, ref_eval, pad, batch, beta, kind, smoothing, autocast)
+
+    job = SupervisedJob(stage="dpo", engine=engine, tokenizer=tokenizer, train=list(range(len(train))), loss=loss,
+                        evaluate=evaluate if evals else None)
+    t0 = time.perf_counter()
+    eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
+    save_final(out, engine, tokenizer, {"stage": "dpo", "steps": total_steps})
+    return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
+            "engine": engine, "tokenizer": tokenizer}

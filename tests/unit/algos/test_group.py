@@ -1,0 +1,100 @@
+"""Hand-worked numbers for the critic-free algorithms' pure functions (tether.algos.group)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tether.algos.group import (
+    aggregate,
+    aggregation_weight,
+    asymmetric_clipped_surrogate,
+    group_advantages,
+    grouped,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    sequence_kl_penalty,
+)
+
+# Two prompts, three responses each: rewards (1, 2, 3) and (0, 0, 6).
+TABLE = torch.tensor([1.0, 2.0, 3.0, 0.0, 0.0, 6.0])
+
+
+def test_grpo_advantages_of_a_2_by_3_table():
+    # Group 1: mean 2, sample std 1. Group 2: mean 2, deviations (-2, -2, 4), var 24/2 = 12, std 3.4641016.
+    expected = torch.tensor([-1 / 1.0001, 0.0, 1 / 1.0001, -2 / 3.4642016, -2 / 3.4642016, 4 / 3.4642016])
+    assert torch.allclose(group_advantages(TABLE, 3), expected, atol=1e-6)
+
+
+def test_dr_grpo_only_centres():
+    assert torch.equal(group_advantages(TABLE, 3, scale_by_std=False), torch.tensor([-1.0, 0, 1, -2, -2, 4]))
+
+
+def test_a_group_of_equal_rewards_has_no_advantage():
+    assert torch.equal(group_advantages(torch.full((4,), 0.7), 4), torch.zeros(4))
+
+
+def test_rloo_baseline_is_the_mean_of_the_others():
+    # 1 - (2+3)/2 = -1.5, 2 - (1+3)/2 = 0, 3 - 1.5 = 1.5; 0 - (0+6)/2 = -3 (twice), 6 - 0 = 6.
+    assert torch.allclose(rloo_advantages(TABLE, 3), torch.tensor([-1.5, 0.0, 1.5, -3.0, -3.0, 6.0]))
+    # ... which is k/(k-1) times the GRPO centring.
+    assert torch.allclose(rloo_advantages(TABLE, 3), 1.5 * group_advantages(TABLE, 3, scale_by_std=False))
+    with pytest.raises(ValueError, match="at least 2"):
+        rloo_advantages(TABLE, 1)
+
+
+def test_rows_must_split_into_groups():
+    with pytest.raises(ValueError, match="groups of 4"):
+        grouped(TABLE, 4)
+
+
+def test_sequence_kl_penalty():
+    kl = torch.tensor([[0.1, 0.2, 0.3], [0.5, 0.5, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    # 1 - 0.5 * 0.6 = 0.7; 2 - 0.5 * 1.0 = 1.5 (the padded 9 does not count).
+    assert torch.allclose(sequence_kl_penalty(torch.tensor([1.0, 2.0]), kl, mask, 0.5), torch.tensor([0.7, 1.5]))
+
+
+def test_reinforce_pp_returns_and_batch_whitening():
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [-0.1, 2.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    # Returns-to-go: (1, 1, 1) and (1.9, 2, -). Over the 5 tokens: mean 1.38, sample var 1.088 / 4 = 0.272.
+    std = 0.272 ** 0.5
+    expected = torch.tensor([[-0.38 / std] * 3, [0.52 / std, 0.62 / std, 0.0]])
+    assert torch.allclose(reinforce_pp_advantages(rewards, mask), expected, atol=1e-5)
+    # gamma 0.5: (0, 0, 1) -> returns (0.25, 0.5, 1) before whitening.
+    one = reinforce_pp_advantages(torch.tensor([[0.0, 0.0, 1.0]]), torch.ones(1, 3), gamma=0.5)
+    returns = torch.tensor([0.25, 0.5, 1.0])
+    assert torch.allclose(one[0], (returns - returns.mean()) / returns.std(), atol=1e-5)
+
+
+PER_TOKEN = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 0.0]])
+MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
+
+
+@pytest.mark.parametrize("how, expected", [("token_mean", 15 / 5), ("sequence_mean", (2 + 4.5) / 2),
+                                           ("fixed_normalizer", 15 / (2 * 4))])
+def test_aggregations(how, expected):
+    assert float(aggregate(PER_TOKEN, MASK, how, max_tokens=4)) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("how", ["token_mean", "sequence_mean", "fixed_normalizer"])
+def test_micro_batches_weighted_by_their_share_add_up_to_the_whole(how):
+    """What gradient accumulation does: each micro-batch's loss times its share of the weight."""
+    g = torch.Generator().manual_seed(0)
+    per_token = torch.randn(6, 5, generator=g)
+    mask = (torch.arange(5)[None, :] < torch.tensor([5, 1, 3, 4, 2, 5])[:, None]).long()
+    whole = aggregate(per_token, mask, how, max_tokens=5)
+    parts = [slice(0, 2), slice(2, 3), slice(3, 6)]
+    weights = [aggregation_weight(mask[s], how) for s in parts]
+    summed = sum(w * aggregate(per_token[s], mask[s], how, max_tokens=5) for s, w in zip(parts, weights))
+    assert float(summed / sum(weights)) == pytest.approx(float(whole), abs=1e-6)
+
+
+def test_asymmetric_clip():
+    ratio = torch.tensor([0.5, 1.5, 1.5, 0.5])
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    # r=.5,A=1: min(.5, .8) = .5 | r=1.5,A=1: min(1.5, 1.28) = 1.28 | r=1.5,A=-1: min(-1.5, -1.28) = -1.5
+    # r=.5,A=-1: min(-.5, -.8) = -.8
+    out = asymmetric_clipped_surrogate(ratio, adv, clip_low=0.2, clip_high=0.28)
+    assert torch.allclose(out, torch.tensor([0.5, 1.28, -1.5, -0.8]))

@@ -14,7 +14,6 @@ best-of-N curve of the SFT policy. ``DIR/compare.json``, ``DIR/compare.md`` and
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -130,19 +129,3 @@ def prepare_demo(demo: Path, seed: int, say) -> Path:
     run_reward_model(rm_cfg)
     return demo
 
-
-def load_overrides(items: list[str]) -> dict[str, list[str]]:
-    """``METHOD:KEY=VALUE`` strings (``--set``) by method."""
-    from tether.errors import ConfigError
-
-    by_method: dict[str, list[str]] = {}
-    for item in items:
-        method, sep, rest = item.partition(":")
-        if not sep or method not in METHODS or "=" not in rest:
-            raise ConfigError(f"--set {item!r}: expected METHOD:KEY=VALUE with METHOD one of {', '.join(METHODS)}.")
-        by_method.setdefault(method, []).append(rest)
-    return by_method
-
-
-def read(path: Path) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))

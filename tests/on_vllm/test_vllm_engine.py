@@ -217,3 +217,20 @@ def test_grpo_samples_its_groups_on_vllm(tiny_task, tmp_path):
     result = run_ppo(cfg)
     assert len(result["trainer"].last_experience) == 8
     assert all(row["rollout/sync_logprob_diff"] <= SYNC_ATOL for row in result["history"])
+
+
+def test_a_kv_cache_too_small_for_the_context_is_one_paragraph(tiny_task, tmp_path):
+    """32 layers x 4 heads x 32 dims at 131072 positions need 4 GiB of KV cache per sequence; the CPU
+    build holds 1 GiB (vLLM itself fails in its engine process with 'KV cache is needed')."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from tether.rollout.vllm_engine import VLLMGenerationEngine
+
+    tok = AutoTokenizer.from_pretrained(tiny_task["dir"] / "base_model")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=64, num_hidden_layers=32,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=131072)
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "long")
+    with pytest.raises(ConfigError) as err:
+        VLLMGenerationEngine(tmp_path / "long", tok)
+    text = str(err.value)
+    assert "KV cache is too small" in text and "needs 4.00 GiB" in text and "rollout.vllm.cpu_kvcache_gb" in text

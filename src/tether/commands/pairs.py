@@ -1,0 +1,67 @@
+"""`tether pairs`: comparison pairs for people (or a judge) to label."""
+
+from __future__ import annotations
+
+from tether.errors import ConfigError
+
+DESCRIPTION = (
+    "Sample comparison pairs for a prompt file and write them unlabeled (pair_id, prompt, response_a, response_b, "
+    "provenance) for `tether label`. Strategies: temperature (two samples of --policy), checkpoints (--policy vs "
+    "--policy-b), best_worst (the --reward-model's best and worst of --n samples of --policy)."
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pairs", help="Sample comparison pairs to label.", description=DESCRIPTION)
+    p.add_argument("--policy", required=True, help="Policy checkpoint (response A; both responses unless checkpoints).")
+    p.add_argument("--policy-b", default=None, help="Second policy (strategy checkpoints).")
+    p.add_argument("--prompts", required=True, help="Prompt file or dataset (the PPO prompt schemas).")
+    p.add_argument("--out", required=True, help="Pairs file to write (JSON lines).")
+    p.add_argument("--strategy", choices=("temperature", "checkpoints", "best_worst"), default="temperature")
+    p.add_argument("--reward-model", default=None, help="Reward model (strategy best_worst).")
+    p.add_argument("--n", type=int, default=4, help="Samples per prompt for best_worst (default 4).")
+    p.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature (default 1.0).")
+    p.add_argument("--max-prompts", type=int, default=None, help="Use at most this many prompts.")
+    p.add_argument("--max-new-tokens", type=int, default=24, help="Response length cap (default 24).")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--engine", default="lean", choices=("lean", "hf", "vllm"), help="Generation engine.")
+
+
+def check(args) -> None:
+    if args.strategy == "checkpoints" and not args.policy_b:
+        raise ConfigError("--strategy checkpoints compares two policies: give --policy-b.")
+    if args.strategy != "checkpoints" and args.policy_b:
+        raise ConfigError(f"--policy-b is for --strategy checkpoints, not {args.strategy}.")
+    if args.strategy == "best_worst" and not args.reward_model:
+        raise ConfigError("--strategy best_worst ranks samples by a reward model: give --reward-model.")
+    if args.strategy == "best_worst" and args.n < 2:
+        raise ConfigError(f"--n must be at least 2 for best_worst (a best and a worst), got {args.n}.")
+    if not 0 < args.temperature < float("inf"):
+        raise ConfigError(f"--temperature must be a positive number, got {args.temperature}.")
+    if args.max_new_tokens < 1 or (args.max_prompts is not None and args.max_prompts < 1):
+        raise ConfigError("--max-new-tokens and --max-prompts must be at least 1.")
+
+
+def run(args) -> int:
+    import json
+    import sys
+
+    from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
+    from tether.feedback.pairs import PairSpec, sample_pairs
+    from tether.feedback.store import _rewrite
+    from tether.models import load_tokenizer
+
+    check(args)
+    examples = prompt_examples(load_records(args.prompts, key="--prompts"))[: args.max_prompts]
+    tokenizer = load_tokenizer(args.policy, key="--policy")
+    ids = [encode_prompt(ex.prompt, tokenizer) for ex in examples]
+    texts = [prompt_text(ex.prompt) for ex in examples]
+    spec = PairSpec(args.strategy, args.policy, args.policy_b, args.reward_model, args.temperature, args.n,
+                    args.max_new_tokens, args.seed)
+    rows, counts = sample_pairs(spec, texts, ids, tokenizer, args.engine)
+    from pathlib import Path
+
+    _rewrite(Path(args.out), rows)
+    print(json.dumps(counts))
+    print(f"written: {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,89 @@
+"""`tether label --stats`: who labelled what, agreement (Cohen's κ for two annotators, Fleiss'
+κ for more), each annotator's agreement with the others' majority, and the majority-vote file."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from tether.feedback.kappa import agreement_with_majority, cohen_kappa, fleiss_kappa, majority
+from tether.feedback.store import LabelStore, _append, _rewrite
+
+CATEGORIES = ("a", "b", "tie")  # response A better, response B better, tie
+
+
+def verdicts(store: LabelStore) -> dict[str, dict[str, str]]:
+    """pair_id -> annotator -> "a" | "b" | "tie" (skips are not verdicts)."""
+    out: dict[str, dict[str, str]] = {}
+    for who, actions in store.history.items():
+        for action in actions:
+            row = action.row
+            if action.file == store.out:
+                out.setdefault(row["pair_id"], {})[who] = row["preferred"]
+            elif action.file == store.ties:
+                out.setdefault(row["pair_id"], {})[who] = "tie"
+    return out
+
+
+def label_stats(store: LabelStore) -> dict:
+    by_pair = verdicts(store)
+    annotators = sorted({who for labels in by_pair.values() for who in labels})
+    result: dict = {"pairs": len(store.pairs), "pairs_labelled": len(by_pair), "annotators": {},
+                    "cohen_kappa": None, "fleiss_kappa": None}
+    for who in annotators:
+        mine = [labels[who] for labels in by_pair.values() if who in labels]
+        result["annotators"][who] = {"labels": len(mine), **{c: mine.count(c) for c in CATEGORIES}}
+    for who, rate in agreement_with_majority(by_pair).items():
+        result["annotators"][who]["agreement_with_majority"] = rate
+    if len(annotators) == 2:
+        a, b = annotators
+        shared = [labels for labels in by_pair.values() if a in labels and b in labels]
+        if shared:
+            result["cohen_kappa"] = cohen_kappa([s[a] for s in shared], [s[b] for s in shared])
+            result["cohen_pairs"] = len(shared)
+    rated = Counter(len(labels) for labels in by_pair.values() if len(labels) >= 2)
+    if len(annotators) >= 3 and rated:
+        n = rated.most_common(1)[0][0]  # Fleiss needs the same number of raters on every item
+        table = [[list(labels.values()).count(c) for c in CATEGORIES] for labels in by_pair.values()
+                 if len(labels) == n]
+        result["fleiss_kappa"] = fleiss_kappa(table)
+        result["fleiss_pairs"], result["fleiss_raters"] = len(table), n
+    return result
+
+
+def export_majority(store: LabelStore, path: str | Path) -> dict:
+    """Write one preference row per pair whose verdicts have a clear majority for A or B (ties and
+    split votes are left out); returns the counts."""
+    by_pair = verdicts(store)
+    path = Path(path)
+    _rewrite(path, [])
+    kept = tie = split = 0
+    for pair in store.pairs:
+        labels = by_pair.get(pair.pair_id)
+        if not labels:
+            continue
+        winner = majority(list(labels.values()))
+        if winner is None:
+            split += 1
+        elif winner == "tie":
+            tie += 1
+        else:
+            good, bad = (pair.response_a, pair.response_b) if winner == "a" else (pair.response_b, pair.response_a)
+            _append(path, {"prompt": pair.prompt, "chosen": good, "rejected": bad, "pair_id": pair.pair_id,
+                           "votes": dict(Counter(labels.values()))})
+            kept += 1
+    return {"exported": kept, "majority_tie": tie, "no_majority": split}
+
+
+def format_stats(stats: dict) -> str:
+    lines = [f"pairs: {stats['pairs']}, labelled: {stats['pairs_labelled']}"]
+    for who, s in stats["annotators"].items():
+        rate = s.get("agreement_with_majority")
+        lines.append(f"  {who}: {s['labels']} labels (A {s['a']}, B {s['b']}, tie {s['tie']}); agreement with the "
+                     f"others' majority {'-' if rate is None else f'{rate:.3f}'}")
+    if stats.get("cohen_kappa") is not None:
+        lines.append(f"Cohen's kappa: {stats['cohen_kappa']:.3f} over {stats['cohen_pairs']} pairs both labelled")
+    if stats.get("fleiss_kappa") is not None:
+        lines.append(f"Fleiss' kappa: {stats['fleiss_kappa']:.3f} over {stats['fleiss_pairs']} pairs with "
+                     f"{stats['fleiss_raters']} annotators each")
+    return "\n".join(lines)

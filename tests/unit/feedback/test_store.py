@@ -1,0 +1,119 @@
+"""The label store: verdicts land in the RM schema, ties apart, undo, resume, overlap, concurrency."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from tether.errors import DataError
+from tether.feedback.stats import export_majority, label_stats
+from tether.feedback.store import LabelStore, Pair, left_side, load_pairs
+
+PAIRS = [Pair(f"p{i}", f"what is {i} + 1 ?", f"{i + 1}", f"{i + 2}!") for i in range(5)]
+
+
+def rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_verdicts_become_preference_rows_and_ties_stay_apart(tmp_path):
+    store = LabelStore(PAIRS, tmp_path / "labels.jsonl")
+    left = left_side("p0", "ann")
+    store.record("ann", "p0", "1", left)  # the left one is better
+    store.record("ann", "p1", "tie", left_side("p1", "ann"))
+    store.record("ann", "p2", "skip", left_side("p2", "ann"))
+    (row,) = rows(tmp_path / "labels.jsonl")
+    better = PAIRS[0].response_a if left == "a" else PAIRS[0].response_b
+    assert row["chosen"] == better and row["rejected"] != better and row["prompt"] == PAIRS[0].prompt
+    assert row["annotator"] == "ann" and row["left"] == left and row["preferred"] == left and row["time"]
+    assert [r["pair_id"] for r in rows(store.ties)] == ["p1"]
+    assert [r["pair_id"] for r in rows(store.skips)] == ["p2"]
+    assert store.next_for("ann").pair_id == "p3"
+    assert store.progress("ann") == {"labelled": 2, "remaining": 2, "pairs": 5, "overlap": 1}
+
+
+def test_the_right_side_preferred_and_a_second_verdict_refused(tmp_path):
+    store = LabelStore(PAIRS, tmp_path / "l.jsonl")
+    left = left_side("p0", "bob")
+    store.record("bob", "p0", "2", left)
+    assert rows(tmp_path / "l.jsonl")[0]["preferred"] == ("b" if left == "a" else "a")
+    with pytest.raises(ValueError, match="already"):
+        store.record("bob", "p0", "1", left)
+
+
+def test_undo_takes_back_the_last_action_and_the_pair_comes_back(tmp_path):
+    store = LabelStore(PAIRS, tmp_path / "l.jsonl")
+    store.record("ann", "p0", "1", left_side("p0", "ann"))
+    store.record("ann", "p1", "2", left_side("p1", "ann"))
+    assert store.undo("ann") == "p1"
+    assert [r["pair_id"] for r in rows(tmp_path / "l.jsonl")] == ["p0"]
+    assert store.next_for("ann").pair_id == "p1"
+    assert store.undo("nobody") is None
+
+
+def test_a_restarted_store_resumes_each_annotator(tmp_path):
+    first = LabelStore(PAIRS, tmp_path / "l.jsonl")
+    for pid in ("p0", "p1"):
+        first.record("ann", pid, "1", left_side(pid, "ann"))
+    first.record("bob", "p0", "skip", left_side("p0", "bob"))
+    again = LabelStore(PAIRS, tmp_path / "l.jsonl")
+    assert again.next_for("ann").pair_id == "p2"
+    # p0 skipped by bob, p1 labelled by ann (overlap 1), p2 handed to ann a moment ago:
+    assert again.next_for("bob").pair_id == "p3"
+    assert again.undo("ann") == "p1"  # undo works across the restart too
+
+
+def test_overlap_shows_each_pair_to_k_annotators(tmp_path):
+    store = LabelStore(PAIRS[:2], tmp_path / "l.jsonl", overlap=2)
+    for who in ("ann", "bob"):
+        for _ in range(2):
+            pair = store.next_for(who)
+            store.record(who, pair.pair_id, "1", left_side(pair.pair_id, who))
+    assert store.next_for("cy") is None  # both pairs have their two verdicts
+    stats = label_stats(store)
+    assert stats["pairs_labelled"] == 2 and set(stats["annotators"]) == {"ann", "bob"}
+    assert stats["cohen_kappa"] is not None and stats["cohen_pairs"] == 2
+
+
+def test_concurrent_annotators_never_corrupt_the_file(tmp_path):
+    pairs = [Pair(f"q{i}", f"prompt {i}", "x" * 200, "y" * 200) for i in range(200)]
+    store = LabelStore(pairs, tmp_path / "l.jsonl", overlap=4)
+
+    def work(who):
+        while (pair := store.next_for(who)) is not None:
+            store.record(who, pair.pair_id, "1", left_side(pair.pair_id, who))
+
+    threads = [threading.Thread(target=work, args=(f"a{k}",)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    written = rows(tmp_path / "l.jsonl")  # every line parses
+    assert len(written) == 800 and len({(r["pair_id"], r["annotator"]) for r in written}) == 800
+
+
+def test_majority_export(tmp_path):
+    store = LabelStore(PAIRS[:3], tmp_path / "l.jsonl", overlap=3)
+    votes = {"p0": ["a", "a", "b"], "p1": ["a", "b", "tie"], "p2": ["tie", "tie", "a"]}
+    for pid, prefs in votes.items():
+        for who, pref in zip(("ann", "bob", "cy"), prefs):
+            left = left_side(pid, who)
+            verdict = "tie" if pref == "tie" else ("1" if pref == left else "2")
+            store.record(who, pid, verdict, left)
+    counts = export_majority(store, tmp_path / "majority.jsonl")
+    assert counts == {"exported": 1, "majority_tie": 1, "no_majority": 1}
+    (row,) = rows(tmp_path / "majority.jsonl")
+    assert row["chosen"] == PAIRS[0].response_a and row["votes"] == {"a": 2, "b": 1}
+    stats = label_stats(store)
+    assert stats["fleiss_raters"] == 3 and stats["fleiss_pairs"] == 3 and stats["fleiss_kappa"] is not None
+
+
+def test_a_bad_pairs_file_names_the_row(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"pair_id": "x", "prompt": "p", "response_a": "a", "response_b": "b"}\n{"pair_id": "y"}\n')
+    with pytest.raises(DataError, match=r"row 2: field\(s\) prompt, response_a, response_b"):
+        load_pairs(path)
+    with pytest.raises(DataError, match="does not exist"):
+        load_pairs(tmp_path / "missing.jsonl")

@@ -6,8 +6,9 @@
 - ``best_worst``: N samples of one policy, the reward model's best against its worst (the
   comparisons the current reward model is most sure of, to check or to correct).
 
-Pairs whose two responses are identical are dropped and counted: they teach a reward model
-nothing. Each row carries its provenance.
+Pairs whose two responses are identical are dropped and counted (they teach a reward model
+nothing), and so are pairs with an empty response (the preference schema needs text on both
+sides). Each row carries its provenance.
 """
 
 from __future__ import annotations
@@ -71,12 +72,15 @@ def sample_pairs(spec: PairSpec, prompts: list[str], prompt_ids: list[list[int]]
             candidates.append([ro.responses[best], ro.responses[worst]])
             scores.append([all_scores[best], all_scores[worst]])
         provenance.update(n=spec.n, reward_model=spec.reward_model)
-    rows, identical = [], 0
+    rows, identical, empty = [], 0, 0
     for i, (prompt, (a, b)) in enumerate(zip(prompts, candidates)):
         if a == b:
             identical += 1
             continue
+        if not a.strip() or not b.strip():  # the preference schema needs text on both sides
+            empty += 1
+            continue
         extra = {"scores": scores[i]} if scores else {}
         rows.append({"pair_id": pair_id(prompt, a, b, i), "prompt": prompt, "response_a": a, "response_b": b,
                      "provenance": {**provenance, **extra}})
-    return rows, {"pairs": len(rows), "identical_dropped": identical, "prompts": len(prompts)}
+    return rows, {"pairs": len(rows), "identical_dropped": identical, "empty_dropped": empty, "prompts": len(prompts)}

@@ -117,3 +117,25 @@ def test_a_bad_pairs_file_names_the_row(tmp_path):
         load_pairs(path)
     with pytest.raises(DataError, match="does not exist"):
         load_pairs(tmp_path / "missing.jsonl")
+
+
+def test_a_callable_labeller_fills_the_store(tmp_path):
+    from tether.feedback.iterate import label_with
+
+    store = LabelStore(PAIRS, tmp_path / "l.jsonl")
+    counts = label_with(lambda p, a, b: "a" if "!" not in a else "tie", store)
+    assert counts == {"a": 5, "b": 0, "tie": 0}
+    assert all(r["chosen"] == pair.response_a for r, pair in zip(rows(tmp_path / "l.jsonl"), PAIRS))
+    with pytest.raises(ValueError, match="expected 'a', 'b' or 'tie'"):
+        label_with(lambda p, a, b: "left", LabelStore(PAIRS, tmp_path / "m.jsonl"))
+
+
+def test_the_demo_annotators_are_biased_towards_exclamation_marks():
+    from tether.tasks.arith.judge import biased_annotator
+
+    prompt = "what is 3 + 4 ?"
+    assert biased_annotator(prompt, "7", "7 !") == biased_annotator(prompt, "7", "7 !")  # a fixed draw
+    # Two equally correct answers, one with "! !": u differs by 0.9, P(prefer "! !") = sigmoid(1.8) = 0.86.
+    picks = [biased_annotator(f"what is {i} + {j} ?", f"{i + j}", f"{i + j} ! !") for i in range(10) for j in range(10)]
+    share = picks.count("b") / len(picks)
+    assert 0.75 < share < 0.95, share

@@ -57,7 +57,7 @@ from tether.tasks.arith import judge, world
 TASK_NAME = "arith"
 FORMAT_VERSION = 1
 JUDGE_SPEC = "tether.tasks.arith.judge:gold_score"
-BT_TEMPERATURE = 0.5
+BT_TEMPERATURE = judge.BT_TEMPERATURE
 
 FILES: dict[str, str] = {
     "tokenizer": "tokenizer",

@@ -103,3 +103,20 @@ def gold_reward(prompts: list[str], responses: list[str]) -> list[float]:
     ``reward.eos_penalty`` handles responses that never emitted EOS.
     """
     return [gold_score(p, r) for p, r in zip(prompts, responses)]
+
+
+BT_TEMPERATURE = 0.5  # the annotators' Bradley-Terry temperature (the task's preference files use it too)
+
+
+def biased_annotator(prompt: str, response_a: str, response_b: str) -> str:
+    """One of the task's biased annotators comparing two responses, as a `tether iterate` labeller:
+    "a" with probability sigmoid((u_a - u_b) / 0.5) for u = :func:`annotator_utility`, else "b".
+    The draw is a fixed function of the three texts, so the same pair gets the same label."""
+    import hashlib
+    import math
+
+    u_a, u_b = annotator_utility(prompt, response_a), annotator_utility(prompt, response_b)
+    p_a = 1.0 / (1.0 + math.exp(-(u_a - u_b) / BT_TEMPERATURE))
+    digest = hashlib.sha256(f"{prompt}\0{response_a}\0{response_b}".encode()).digest()
+    draw = int.from_bytes(digest[:8], "big") / 2**64
+    return "a" if draw < p_a else "b"

@@ -23,3 +23,20 @@ def tiny_task(tmp_path_factory):
     meta = build_task(out, seed=0, n_sft=400, n_pairs_train=300, n_pairs_eval=100, n_eval_prompts=16,
                       n_sft_eval=50, n_probes=20)
     return {"dir": out, **meta}
+
+
+@pytest.fixture(scope="module")
+def policy_and_fresh_rm(tiny_task, tmp_path_factory):
+    """The tiny task's base model as a policy, and the same trunk with a fresh scalar head saved as
+    a reward model (the serving tests'): {"policy", "rm", "task"} paths."""
+    from tether.models import load_scalar_model, load_tokenizer
+
+    base = tiny_task["dir"] / "base_model"
+    rm_dir = tmp_path_factory.mktemp("serve") / "rm"
+    tok = load_tokenizer(str(base))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        rm = load_scalar_model(str(base), tok, head_init_std=0.02, new_head=True)
+    rm.save_pretrained(rm_dir)
+    tok.save_pretrained(rm_dir)
+    return {"policy": base, "rm": rm_dir, "task": tiny_task["dir"]}

@@ -18,7 +18,7 @@ import torch
 from tether.config import PPOConfig, load_config
 from tether.data import collate_left, collate_right, encode_prompt, encode_response
 from tether.loops.ppo import run_ppo
-from tether.models import load_scalar_model, load_tokenizer
+from tether.models import load_scalar_model
 from tether.roles import ModelReward
 from tether.roles.remote_reward import RemoteReward
 from tether.serve import ModelService, ServerThread, ServeSettings, create_app
@@ -30,16 +30,8 @@ MESSAGES = [{"role": "user", "content": "what is 2 + 3 ?"}]
 
 
 @pytest.fixture(scope="module")
-def models(tiny_task, tmp_path_factory):
-    base = tiny_task["dir"] / "base_model"
-    rm_dir = tmp_path_factory.mktemp("serve") / "rm"
-    tok = load_tokenizer(str(base))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        rm = load_scalar_model(str(base), tok, head_init_std=0.02, new_head=True)
-    rm.save_pretrained(rm_dir)
-    tok.save_pretrained(rm_dir)
-    return {"policy": base, "rm": rm_dir, "task": tiny_task["dir"]}
+def models(policy_and_fresh_rm):
+    return policy_and_fresh_rm
 
 
 @pytest.fixture(scope="module")

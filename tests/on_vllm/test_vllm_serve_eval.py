@@ -15,7 +15,6 @@ import time
 
 import psutil
 import pytest
-import torch
 
 vllm = pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds it); see README")
 
@@ -24,18 +23,8 @@ MESSAGES = [{"role": "user", "content": "what is 12 + 30 ?"}]
 
 
 @pytest.fixture(scope="module")
-def models(tiny_task, tmp_path_factory):
-    from tether.models import load_scalar_model, load_tokenizer
-
-    base = tiny_task["dir"] / "base_model"
-    rm_dir = tmp_path_factory.mktemp("serve") / "rm"
-    tok = load_tokenizer(str(base))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        rm = load_scalar_model(str(base), tok, head_init_std=0.02, new_head=True)
-    rm.save_pretrained(rm_dir)
-    tok.save_pretrained(rm_dir)
-    return {"policy": base, "rm": rm_dir}
+def models(policy_and_fresh_rm):
+    return policy_and_fresh_rm
 
 
 def wait_for(log, proc, needle, seconds=240):

@@ -94,20 +94,28 @@ class LabelStore:
         self.by_id = {p.pair_id: p for p in self.pairs}
         self.history: dict[str, list[_Action]] = {}  # annotator -> actions in order (for undo)
         self.reserved: dict[str, dict[str, float]] = {}  # pair -> annotator -> when handed out
+        self.verdict_count: dict[str, int] = {}  # pair -> preferences and ties it has
+        self.seen: dict[str, set[str]] = {}  # annotator -> pairs they gave a verdict or skipped
         for path in (self.out, self.ties, self.skips):
             for row in _read_rows(path):
                 who, pid = row.get("annotator"), row.get("pair_id")
                 if isinstance(who, str) and pid in self.by_id:
-                    self.history.setdefault(who, []).append(_Action(path, row))
+                    self._add(who, _Action(path, row))
 
     # -- reading -------------------------------------------------------------------------------
     def seen_by(self, annotator: str) -> set[str]:
-        return {a.row["pair_id"] for a in self.history.get(annotator, [])}
+        return self.seen.get(annotator, set())
 
     def labels_of(self, pair_id: str) -> int:
         """Verdicts (preferences and ties, not skips) the pair has."""
-        return sum(1 for actions in self.history.values() for a in actions
-                   if a.row["pair_id"] == pair_id and a.file != self.skips)
+        return self.verdict_count.get(pair_id, 0)
+
+    def _add(self, annotator: str, action: _Action) -> None:
+        self.history.setdefault(annotator, []).append(action)
+        self.seen.setdefault(annotator, set()).add(action.row["pair_id"])
+        if action.file != self.skips:
+            pid = action.row["pair_id"]
+            self.verdict_count[pid] = self.verdict_count.get(pid, 0) + 1
 
     def progress(self, annotator: str) -> dict:
         mine = [a for a in self.history.get(annotator, []) if a.file != self.skips]
@@ -152,7 +160,7 @@ class LabelStore:
             if pair_id in self.seen_by(annotator):
                 raise ValueError(f"{annotator!r} has already given pair {pair_id!r} a verdict")
             _append(path, row)
-            self.history.setdefault(annotator, []).append(_Action(path, row))
+            self._add(annotator, _Action(path, row))
             self.reserved.get(pair_id, {}).pop(annotator, None)
 
     def undo(self, annotator: str) -> str | None:
@@ -162,7 +170,11 @@ class LabelStore:
             if not actions:
                 return None
             last = actions.pop()
-            rows = [r for r in _read_rows(last.file)]
+            pid = last.row["pair_id"]
+            self.seen[annotator].discard(pid)
+            if last.file != self.skips:
+                self.verdict_count[pid] -= 1
+            rows = _read_rows(last.file)
             for i in range(len(rows) - 1, -1, -1):
                 if rows[i] == last.row:
                     del rows[i]

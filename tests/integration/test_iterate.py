@@ -37,3 +37,34 @@ def test_two_rounds_with_the_biased_annotators(trained, tmp_path, capsys):
     labels = [json.loads(line) for line in (out / "round2" / "labels.jsonl").read_text().splitlines()]
     assert labels and all(row["annotator"] == "judge" for row in labels)
     assert "| 2 |" in capsys.readouterr().out
+
+
+def test_a_round_waits_for_people_on_the_page(trained, tmp_path):
+    """--page: the round serves the labelling page and goes on once an annotator has labelled every pair."""
+    import threading
+
+    import httpx2
+
+    from tether.commands.demo import parse_sets
+    from tether.commands.iterate import _page_server
+    from tether.feedback.iterate import iterate_demo
+
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    for name, target in (("task", trained["task"]), ("sft", trained["sft"]), ("rm", trained["rm"])):
+        (demo / name).symlink_to(target)
+    labelled = []
+
+    def person(url):
+        def work():
+            with httpx2.Client(base_url=url, timeout=30) as http:
+                while not (nxt := http.post("api/next", json={"annotator": "ann"}).json())["done"]:
+                    http.post("api/label", json={"annotator": "ann", "pair_id": nxt["pair_id"], "verdict": "1",
+                                                 "left": nxt["left"]}).raise_for_status()
+                    labelled.append(nxt["pair_id"])
+        threading.Thread(target=work, daemon=True).start()
+
+    result = iterate_demo(tmp_path / "out", demo, 1, 6, None, overrides=parse_sets(TINY, ("rm", "ppo")),
+                          serve_page=_page_server(0, person), say=lambda text: None)
+    (round1,) = result["rounds"][1:]
+    assert round1["pairs"] == len(labelled) > 0 and round1["rm_train_pairs"] > round1["pairs"]

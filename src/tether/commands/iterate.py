@@ -54,8 +54,9 @@ def run(args) -> int:
     return 0
 
 
-def _page_server(port: int):
-    """``start(store) -> stop()``: the labelling page on 127.0.0.1 in a thread, for one round."""
+def _page_server(port: int, on_url=None):
+    """``start(store) -> stop()``: the labelling page on 127.0.0.1 in a thread, for one round;
+    ``on_url(url)`` is told where (default: printed)."""
 
     def start(store):
         from tether.feedback.app import create_label_app
@@ -63,7 +64,7 @@ def _page_server(port: int):
 
         server = ServerThread(create_label_app(store), port=port)
         server.__enter__()
-        print(f"label this round's pairs at {server.url}/", flush=True)
+        (on_url or (lambda url: print(f"label this round's pairs at {url}", flush=True)))(f"{server.url}/")
         return lambda: server.__exit__(None, None, None)
 
     return start

@@ -39,13 +39,17 @@ def label_with(labeller: Labeller, store: LabelStore, name: str = "judge") -> di
     return counts
 
 
-def wait_for_people(store: LabelStore, say, poll_s: float = 2.0) -> None:
-    """Block until every pair has its ``overlap`` verdicts on the labelling page."""
+def wait_for_people(store: LabelStore, say, poll_s: float = 2.0, report_s: float = 60.0) -> None:
+    """Block until every pair has its ``overlap`` verdicts on the labelling page (skipped pairs
+    wait for another annotator); says how many are left about every ``report_s`` seconds."""
+    last = 0.0
     while True:
         missing = sum(1 for p in store.pairs if store.labels_of(p.pair_id) < store.overlap)
         if not missing:
             return
-        say(f"waiting for {missing} pairs to be labelled on the page")
+        if time.monotonic() - last >= report_s:
+            say(f"waiting for {missing} pairs to be labelled on the page")
+            last = time.monotonic()
         time.sleep(poll_s)
 
 

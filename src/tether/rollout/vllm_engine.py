@@ -69,6 +69,18 @@ def import_vllm(keys: dict = CONFIG_KEYS):
     return vllm
 
 
+def _text_config(model_path):
+    """The model's transformers config when it is a plain decoder with the usual fields, else None."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(model_path))
+    except Exception:  # noqa: BLE001 - an architecture transformers does not know: vLLM will say
+        return None
+    needed = ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings")
+    return config if all(isinstance(getattr(config, k, None), int) for k in needed) else None
+
+
 def _on_cpu() -> bool:
     """vLLM's CPU build (its platform reports a CPU)."""
     from vllm.platforms import current_platform
@@ -176,10 +188,9 @@ class VLLMGenerationEngine:
         self.max_model_len = options.max_model_len or context
         self.weights_source = None  # a callable giving the actor's (name, tensor) pairs (set by the roles)
         if _on_cpu():
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(str(model_path))
-            check_cpu_kv_cache(config, self.max_model_len or config.max_position_embeddings, options, keys)
+            config = _text_config(model_path)
+            if config is not None:  # else vLLM reads the model itself and says what it cannot load
+                check_cpu_kv_cache(config, self.max_model_len or config.max_position_embeddings, options, keys)
         try:
             self.llm = vllm.LLM(model=str(model_path), dtype=options.dtype, enforce_eager=options.enforce_eager,
                                 gpu_memory_utilization=options.gpu_memory_utilization,

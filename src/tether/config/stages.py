@@ -18,6 +18,8 @@ from tether.config.common import (
 )
 from tether.errors import ConfigError
 from tether.config.health import HealthConfig
+from tether.config.placement import PlacementConfig
+from tether.config.rollout import RolloutConfig
 
 
 #: Keys that moved or were removed: old dotted key -> (new key or None, value map / why removed).
@@ -198,63 +200,9 @@ class CriticConfig:
     )
 
 
-@dataclass(frozen=True)
-class VLLMRolloutConfig:
-    """The vLLM engine (rollout.engine=vllm; docs/performance.md)."""
-
-    dtype: Literal["float32", "bfloat16", "float16"] = option(
-        "float32", "The engine's weights and compute dtype (its copy of the policy; the actor keeps its own).")
-    gpu_memory_utilization: float = option(
-        0.3, "Fraction of the GPU's memory vLLM may take for weights and KV cache (on the CPU build: of RAM).",
-        gt=0, le=1)
-    max_model_len: int | None = option(
-        None, "Positions the engine holds per sequence; null = the policy's context length.", ge=1)
-    tensor_parallel_size: int = option(1, "GPUs one engine shards the policy over.", ge=1)
-    enforce_eager: bool = option(True, "No CUDA graphs (faster start; graphs speed up decoding on GPUs).")
-    cpu_kvcache_gb: int = option(1, "KV-cache GiB of the CPU build (VLLM_CPU_KVCACHE_SPACE, whole GiB).", ge=1)
-    sync_bucket_mb: float = option(64.0, "Weights pushed into the engine per message when syncing, in MiB.", gt=0)
-    seed_requests: bool = option(
-        True, "Give every request its own seed from the run's torch stream (a seeded run samples the same "
-              "responses again). vLLM's CPU build fails on seeded requests once a batch outgrows its KV cache: "
-              "false then samples from the engine's own generator (seeded once with run.seed).")
-    check_sync: bool = option(
-        False, "After every weight sync, sample a few tokens and compare the engine's log-probs with the actor's; "
-               "a difference above sync_tolerance is an invariant failure naming the iteration.")
-    sync_tolerance: float = option(1e-3, "Largest |engine - actor| log-prob allowed by check_sync.", gt=0)
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    """Sampling responses from the actor."""
-
-    batch_size: int = option(64, "Prompts per iteration (group.size responses each; one for PPO by default).", ge=1)
-    max_new_tokens: int = option(64, "Response length cap.", ge=1)
-    min_new_tokens: int = option(0, "Forbid EOS before this many tokens.", ge=0)
-    temperature: float = option(1.0, "Sampling temperature; log-probs use the same one.", gt=0)
-    top_k: int = option(0, "Top-k filtering (0 = off).", ge=0)
-    top_p: float = option(1.0, "Nucleus filtering (1 = off).", gt=0, le=1)
-    max_prompt_length: int = option(256, "Prompts longer than this are dropped (and counted).", ge=1)
-    engine: Literal["lean", "hf", "vllm"] = option(
-        "lean",
-        "lean = tether's decode loop over the model with a KV cache (the same tokens as hf for the same "
-        "seed, without generate's per-step overhead or the model's generation_config extras); "
-        "hf = transformers' generate; vllm = a vLLM engine holding its own copy of the policy, synced after "
-        "every update (rollout.vllm.*).",
-    )
-    capture_logprobs: bool = option(
-        True,
-        "Keep the actor's log-probs computed while sampling instead of a second forward pass; the "
-        "first-minibatch ratio check (ppo.ratio_tolerance) verifies they agree with a fresh forward.",
-    )
-    use_engine_logprobs: bool = option(
-        False,
-        "rollout.engine=vllm: take the rollout log-probs (pi_old) from the engine instead of an actor forward pass. "
-        "The first-minibatch ratio check (ppo.ratio_tolerance) measures how far they are from the actor's "
-        "(logged as rollout/engine_ratio_deviation); objective/entropy is then the sampled tokens' mean "
-        "-log-prob (an unbiased estimate: vLLM returns no entropies). The lean and hf engines use "
-        "rollout.capture_logprobs instead.",
-    )
-    vllm: VLLMRolloutConfig = section(VLLMRolloutConfig, "The vLLM engine (rollout.engine=vllm).")
+def default_group_size(algorithm: str) -> int:
+    """Responses per prompt when ``group.size`` is null: 4 for grpo and rloo, 1 otherwise."""
+    return 4 if algorithm in ("grpo", "rloo") else 1
 
 
 @dataclass(frozen=True)
@@ -406,67 +354,6 @@ class PPOEvalConfig:
     judge: str | None = option(None, "Gold judge `module:function(prompt, response, ended)`.")
 
 
-ROLES = ("actor", "reference", "critic", "reward")
-
-
-@dataclass(frozen=True)
-class RoleResources:
-    """What each Ray worker of one role's group reserves."""
-
-    num_workers: int = option(
-        1, "Workers (processes) of the group: data-parallel ranks for the actor and the critic "
-           "(distributed.strategy), replicas that split each batch for the reference and the reward model.", ge=1)
-    num_cpus: float = option(1.0, "CPUs each worker reserves (fractions let workers share a core).", ge=0)
-    num_gpus: float = option(0.0, "GPUs each worker reserves (fractions let colocated groups share a GPU).", ge=0)
-    resources: dict = option(
-        factory=dict, help="Custom Ray resources each worker needs, e.g. {node_b: 1} to pin the group to a node "
-                           "started with `ray start --resources '{\"node_b\": 1}'`.")
-
-
-@dataclass(frozen=True)
-class RayPlacementConfig:
-    """The Ray cluster and where each role's group runs on it (docs/distributed.md)."""
-
-    address: str = option(
-        "", "The cluster: '' = start a local one on this machine, auto = the one `ray start` runs here, "
-            "host:port or ray://host:10001 = a remote one.")
-    colocate: list[list[str]] = option(
-        factory=list, help="Roles that share worker processes (and so their resources: the first role's), e.g. "
-                           "[[actor, reference], [critic, reward]]. Always together: the actor and a LoRA actor's "
-                           "reference or a shared-trunk critic; a LoRA critic and the reward model it starts from.")
-    resource_timeout_s: float = option(
-        60.0, "Seconds to wait for the cluster to grant a group's resources before stopping with an error "
-              "naming the role and what is missing.", gt=0)
-    actor: RoleResources = section(RoleResources, "The actor's group (with the rollout engine).")
-    reference: RoleResources = section(RoleResources, "The reference's group.")
-    critic: RoleResources = section(RoleResources, "The critic's group.")
-    reward: RoleResources = section(RoleResources, "The reward model's group (a callable or URL reward too).")
-
-    def validate(self) -> None:
-        for i, group in enumerate(self.colocate):
-            for name in group:
-                if name not in ROLES:
-                    raise ConfigError(f"Config key 'placement.ray.colocate[{i}]' names {name!r}: expected roles among "
-                                      f"{list(ROLES)}.")
-        for role in ROLES:
-            res = getattr(self, role).resources
-            for key, value in res.items():
-                if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float)) \
-                        or value < 0:
-                    raise ConfigError(f"Config key 'placement.ray.{role}.resources' = {res!r}: expected a mapping of "
-                                      "resource names to non-negative numbers.")
-
-
-@dataclass(frozen=True)
-class PlacementConfig:
-    """Where the roles run."""
-
-    backend: Literal["local", "ray"] = option(
-        "local", "local = every role in this process (or in each torchrun rank); ray = each role's group as Ray "
-                 "actors on a Ray cluster, the loop in this process.")
-    ray: RayPlacementConfig = section(RayPlacementConfig, "The Ray placement (placement.backend=ray).")
-
-
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO-RLHF: actor, reference, reward, critic."""
@@ -510,9 +397,7 @@ class PPOConfig:
     @property
     def samples_per_prompt(self) -> int:
         """``group.size``, or the algorithm's default (4 for grpo and rloo, else 1)."""
-        if self.group.size is not None:
-            return self.group.size
-        return 4 if self.algorithm in ("grpo", "rloo") else 1
+        return self.group.size if self.group.size is not None else default_group_size(self.algorithm)
 
     @property
     def episodes(self) -> int:

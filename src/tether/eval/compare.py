@@ -74,8 +74,10 @@ def generated(run_dir: Path) -> dict:
     """Responses and tokens an RL run sampled for training (iterations x responses per iteration)."""
     import yaml
 
+    from tether.config.stages import default_group_size
+
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    group = (cfg.get("group") or {}).get("size") or (4 if cfg.get("algorithm") in ("grpo", "rloo") else 1)
+    group = (cfg.get("group") or {}).get("size") or default_group_size(cfg.get("algorithm", "ppo"))
     per_iteration = cfg["rollout"]["batch_size"] * group
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "response/length_mean" in r]
     iterations = max((r["step"] for r in rows), default=0)

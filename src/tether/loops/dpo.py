@@ -51,8 +51,9 @@ def pair_logprobs(model, pairs: list, pad_id: int, autocast: str = "none") -> tu
 
 
 @torch.no_grad()
-def reference_logprobs(model, pairs: list, pad_id: int, batch_size: int, autocast: str = "none") -> torch.Tensor:
-    """(N, 2) reference log-probs (chosen, rejected) of every pair; under data parallel each rank
+def pair_logprob_table(model, pairs: list, pad_id: int, batch_size: int, autocast: str = "none") -> torch.Tensor:
+    """(N, 2) summed log-probs (chosen, rejected) of every pair under ``model`` (the reference, or
+    the policy when evaluating); under data parallel each rank
     scores a contiguous share and the shares are gathered in rank order."""
     was_training = model.training
     model.eval()
@@ -71,7 +72,7 @@ def evaluate_dpo(model, pairs: list, ref: torch.Tensor, pad_id: int, batch_size:
                  kind: str = "sigmoid", label_smoothing: float = 0.0, autocast: str = "none") -> dict:
     """Held-out loss, and the implicit reward's pairwise accuracy, margin and means (``ref``: the
     pairs' (N, 2) reference log-probs)."""
-    policy = reference_logprobs(model, pairs, pad_id, batch_size, autocast)
+    policy = pair_logprob_table(model, pairs, pad_id, batch_size, autocast)
     ref = ref.to(policy.device)
     chosen = implicit_rewards(policy[:, 0], ref[:, 0], beta)
     rejected = implicit_rewards(policy[:, 1], ref[:, 1], beta)
@@ -97,13 +98,13 @@ def reference_of(cfg: DPOConfig, engine: TrainingEngine, policy, tokenizer, sett
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
     if cfg.lora.enabled and not cfg.reference:
         with adapters_off(policy):
-            return [engine.infer(reference_logprobs, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
+            return [engine.infer(pair_logprob_table, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
     reference = load_causal_lm(cfg.reference or cfg.model.name_or_path, tokenizer, cfg.model.dtype,
                                trust_remote_code=cfg.model.trust_remote_code,
                                key="reference" if cfg.reference else "model.name_or_path")
     prepare_models([reference], settings)
     reference.to(engine.device)
-    return [reference_logprobs(reference, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
+    return [pair_logprob_table(reference, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
 
 
 @guarded_run

@@ -83,7 +83,7 @@ def response_tokens(micro: Experience) -> float:
 def minibatch_steps(engine, exp: Experience, minibatches: list[list[Tensor]], step_loss, name: str, where: str,
                     norm_keys: tuple[str, ...], weight=response_tokens) -> list[dict]:
     """One ``engine.train_step`` per minibatch (a list of micro-batch index tensors, weighted by
-    their share of the tokens); each step's stats, its gradient norm under ``norm_keys``, the
+    ``weight(micro_batch)``: their response tokens unless the loss says otherwise); each step's stats, its gradient norm under ``norm_keys``, the
     skipped-step count and its timing."""
     results = []
     for micro_indices in minibatches:

@@ -114,12 +114,16 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
     existing = out / "config.yaml"
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
-        for name in ("metrics.jsonl", "summary.json", "alarms.jsonl", "samples.jsonl", MANIFEST):
+        for name in ("metrics.jsonl", "summary.json", "alarms.jsonl", "samples.jsonl", "trackers.json", MANIFEST):
             (out / name).unlink(missing_ok=True)
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        shutil.rmtree(out / "tensorboard", ignore_errors=True)  # a fresh run's curves alone
     tmp = out / "config.yaml.tmp"
     tmp.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
     os.replace(tmp, existing)
+    from tether.trackers import open_for_run
+
+    open_for_run(out, cfg, stage, resume)  # run.report_to's trackers, closed by guarded_run
     return out
 
 
@@ -237,9 +241,11 @@ def guarded_run(stage_fn):
     @functools.wraps(stage_fn)
     def run(cfg, *args, **kwargs):
         from tether.distributed import init_distributed
+        from tether.trackers import stage_session
 
         # Under torchrun: the process group for the stage, and a lost rank named when a collective fails.
-        with init_distributed(cfg), removed_on_early_failure():
+        # The trackers (run.report_to) the stage opens are closed when it returns or fails.
+        with init_distributed(cfg), removed_on_early_failure(), stage_session():
             return stage_fn(cfg, *args, **kwargs)
 
     return run

@@ -74,10 +74,20 @@ def rm_reference(trained, tmp_path_factory):
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_sft_two_ranks_match_one_process(trained, sft_reference, tmp_path, strategy):
     out = tmp_path / f"sft-2-{strategy}"
-    proc = torchrun(["sft", *sft_overrides(trained["task"], out, *SFT_EXTRA, f"distributed.strategy={strategy}")])
+    # Trackers: rank 0 alone logs (one TensorBoard writer, one MLflow run), the metrics of metrics.jsonl.
+    trackers = ["run.report_to=[tensorboard,mlflow]"] if strategy == "ddp" else []
+    proc = torchrun(["sft", *sft_overrides(trained["task"], out, *SFT_EXTRA, f"distributed.strategy={strategy}",
+                                           *trackers)])
     ok(proc)
     assert proc.stdout.count('"steps"') == 1  # rank 0 alone reports
-    assert layout(out) == layout(sft_reference)
+    if trackers:
+        from tracker_readers import jsonl_metrics, mlflow_run, tensorboard_metrics
+
+        assert len(list((out / "tensorboard").iterdir())) == 1
+        assert tensorboard_metrics(out)[0] == pytest.approx(jsonl_metrics(out), rel=1e-6)
+        assert mlflow_run(out)[2] == jsonl_metrics(out)  # mlflow_run asserts a single run
+    tracker_files = ("tensorboard", "mlflow.db", "trackers.json")
+    assert [p for p in layout(out) if not p.startswith(tracker_files)] == layout(sft_reference)
     report(f"sft {strategy}", largest_metric_diff(sft_reference, out), largest_weight_diff(sft_reference, out))
 
 

@@ -66,8 +66,20 @@ class RunConfig:
         "AVX512-BF16/AMX; elsewhere on CPU it is emulated and slower than fp32.",
     )
 
+    report_to: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = option(
+        factory=list,
+        help="Experiment trackers that get every metrics.jsonl row (same names, same steps) and PPO's samples "
+             "table: tensorboard (RUN/tensorboard), wandb (WANDB_MODE=offline works), mlflow (MLFLOW_TRACKING_URI, "
+             "else RUN/mlflow.db), trackio (local, TRACKIO_DIR). Each is an optional package.",
+    )
+    project: str = option("tether", "The trackers' project (W&B project, MLflow experiment, trackio project).")
+    name: str | None = option(None, "The run's name in the trackers; default: the run directory's name.")
+
     def validate(self) -> None:
         check_device_spec(self.device)
+        from tether.trackers import check_installed  # local: config loading imports no tracker
+
+        check_installed(self.report_to)
 
 
 @dataclass(frozen=True)

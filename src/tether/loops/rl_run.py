@@ -88,7 +88,9 @@ def _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iterati
         append_alarms(out / "alarms.jsonl", monitor.observe(it, stats))
         if it == 1 or last or it % cfg.run.log_every == 0:
             logger.log(it, stats)
-            samples.write_many(sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG))
+            rows = sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG)
+            samples.write_many(rows)
+            logger.log_table("samples", it, rows)
         bar.update(1)
         bar.set_postfix(score=f"{stats['objective/score']:.2f}", kl=f"{stats['objective/kl']:.2f}",
                         beta=f"{stats['objective/kl_coef']:.3f}")

@@ -1,4 +1,4 @@
-"""Metrics to ``metrics.jsonl`` (always) and TensorBoard (optional, if installed)."""
+"""Metrics to ``metrics.jsonl`` (always) and to the run's trackers (``run.report_to``)."""
 
 from __future__ import annotations
 
@@ -18,23 +18,21 @@ def _clean(value):
 
 
 class MetricsLogger:
-    """Appends one JSON object per call: ``{"stage", "step", "time", <metric>: value, ...}``."""
+    """Appends one JSON object per call: ``{"stage", "step", "time", <metric>: value, ...}``; the
+    run's open trackers (:mod:`tether.trackers`) get the same metrics at the same step."""
 
-    def __init__(self, run_dir: str | Path, stage: str, tensorboard: bool = False):
+    def __init__(self, run_dir: str | Path, stage: str):
         from tether.runtime import is_main  # local: reading metrics (plots, monitors) needs no torch
 
         self.path = Path(run_dir) / "metrics.jsonl"
         self.stage = stage
         self.enabled = is_main()  # data parallel: rank 0 alone writes
         self._file = open(self.path, "a", encoding="utf-8") if self.enabled else None
-        self._tb = None
-        if tensorboard and self.enabled:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
-            except ImportError:
-                self._tb = None
+    def _trackers(self):
+        from tether.trackers import for_run
+
+        return for_run(self.path.parent) if self.enabled else None
 
     def log(self, step: int, metrics: dict) -> None:
         if not self.enabled:
@@ -43,10 +41,15 @@ class MetricsLogger:
         row.update({k: _clean(v) for k, v in metrics.items()})
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
-        if self._tb is not None:
-            for key, value in row.items():
-                if isinstance(value, (int, float)) and key not in ("step", "time"):
-                    self._tb.add_scalar(f"{self.stage}/{key}", value, step)
+        trackers = self._trackers()
+        if trackers is not None:
+            trackers.log(step, {k: v for k, v in row.items() if k not in ("stage", "step", "time")})
+
+    def log_table(self, name: str, step: int, rows: list[dict]) -> None:
+        """``rows`` (e.g. PPO's samples) as a table named ``name`` in the trackers that have tables."""
+        trackers = self._trackers()
+        if trackers is not None:
+            trackers.log_table(name, step, [{k: _clean(v) for k, v in row.items()} for row in rows])
 
     def __enter__(self) -> "MetricsLogger":
         return self
@@ -57,8 +60,6 @@ class MetricsLogger:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
-        if self._tb is not None:
-            self._tb.close()
 
 
 def read_metrics(path: str | Path, stage: str | None = None) -> list[dict]:

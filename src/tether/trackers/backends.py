@@ -1,0 +1,164 @@
+"""One adapter per tracker: open a run, log scalars at a step, log a table, close.
+
+Each adapter calls its library's public API and nothing else; the library is imported in the
+constructor, so a tracker that is not asked for is never imported. ``run_id`` is what a resumed
+run passes back as ``resume_id`` to continue the same tracker run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    return columns
+
+
+def _cell(value):
+    """A table cell: numbers and strings as they are, anything else as its text."""
+    return value if isinstance(value, (int, float, str)) or value is None else str(value)
+
+
+def _flatten(config: dict, prefix: str = "") -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class TensorBoardTracker:
+    """Event files in ``RUN/tensorboard`` (``tensorboard --logdir RUN``). TensorBoard has no tables:
+    a table becomes a text summary (a Markdown table) under its name."""
+
+    def __init__(self, out: Path, project: str, name: str, stage: str, config: dict, resume_id=None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(out / "tensorboard"))
+        self.run_id = None
+        self.writer.add_text("config", "\n".join(f"    {k}: {v}" for k, v in _flatten(config).items()), 0)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def log_table(self, name: str, step: int, rows: list[dict]) -> None:
+        columns = _columns(rows)
+
+        def cell(v) -> str:
+            return str(_cell(v)).replace("|", "\\|").replace("\n", " ")
+
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+        self.writer.add_text(name, "\n".join(lines), step)
+
+    def close(self, failed: bool = False) -> None:
+        self.writer.close()
+
+
+class WandbTracker:
+    """A W&B run (project ``run.project``) with the resolved config; files under ``RUN/wandb``.
+    ``WANDB_MODE=offline`` keeps it on disk (``wandb sync`` uploads it later)."""
+
+    def __init__(self, out: Path, project: str, name: str, stage: str, config: dict, resume_id=None):
+        import wandb
+
+        self.run = wandb.init(project=project, name=name, job_type=stage, dir=str(out), config=config,
+                              id=resume_id, resume="allow" if resume_id else None, reinit="create_new")
+        self.run_id = self.run.id
+        self._wandb = wandb
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(metrics, step=step)
+
+    def log_table(self, name: str, step: int, rows: list[dict]) -> None:
+        columns = _columns(rows)
+        table = self._wandb.Table(columns=columns, data=[[_cell(r.get(c)) for c in columns] for r in rows])
+        self.run.log({name: table}, step=step)
+
+    def close(self, failed: bool = False) -> None:
+        self.run.finish(exit_code=1 if failed else 0)
+
+
+# MLflow's key alphabet: letters, digits, _ - . / and space; anything else becomes _.
+_MLFLOW_KEY = re.compile(r"[^A-Za-z0-9_\-./ ]")
+
+
+class MLflowTracker:
+    """An MLflow run in experiment ``run.project``, through ``MlflowClient`` (no global active run):
+    the tracking server or store of ``MLFLOW_TRACKING_URI`` when set, else a SQLite store ``RUN/mlflow.db``.
+    The flattened config becomes the run's params; tables are JSON artifacts (``samples/step_N.json``)."""
+
+    def __init__(self, out: Path, project: str, name: str, stage: str, config: dict, resume_id=None):
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        # MLflow 3's default local store: a SQLite database (sqlalchemy, alembic) beside the run. Its
+        # file store (maintenance mode) cannot hold both `timing/update` and `timing/update/x`.
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(out / 'mlflow.db').resolve()}"
+        self.client = MlflowClient(tracking_uri=uri)
+        self.tracking_uri = uri
+        if resume_id is not None:
+            self.run_id = resume_id
+            self.client.update_run(resume_id, status="RUNNING")
+            return
+        experiment = self.client.get_experiment_by_name(project)
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(project)
+        run = self.client.create_run(experiment_id, run_name=name, tags={"tether.stage": stage})
+        self.run_id = run.info.run_id
+        params = [Param(_MLFLOW_KEY.sub("_", k)[:250], str(v)[:6000]) for k, v in _flatten(config).items()]
+        for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(self.run_id, params=params[start:start + 100])
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(_MLFLOW_KEY.sub("_", k), v, now, step) for k, v in metrics.items()]
+        for start in range(0, len(batch), 1000):  # MLflow takes at most 1000 metrics per batch
+            self.client.log_batch(self.run_id, metrics=batch[start:start + 1000])
+
+    def log_table(self, name: str, step: int, rows: list[dict]) -> None:
+        columns = _columns(rows)
+        data = {c: [_cell(r.get(c)) for r in rows] for c in columns}
+        self.client.log_table(self.run_id, data, artifact_file=f"{name}/step_{step}.json")
+
+    def close(self, failed: bool = False) -> None:
+        self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
+
+
+class TrackioTracker:
+    """A trackio run in project ``run.project``, stored locally (``TRACKIO_DIR``, default the
+    Hugging Face cache); ``trackio show`` opens its dashboard."""
+
+    def __init__(self, out: Path, project: str, name: str, stage: str, config: dict, resume_id=None):
+        import trackio
+
+        self._trackio = trackio
+        self.run = trackio.init(project=project, name=resume_id or name, config=config,
+                                resume="allow" if resume_id else "never")
+        self.run_id = self.run.name
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(metrics, step=step)
+
+    def log_table(self, name: str, step: int, rows: list[dict]) -> None:
+        columns = _columns(rows)
+        table = self._trackio.Table(columns=columns, data=[[_cell(r.get(c)) for c in columns] for r in rows])
+        self.run.log({name: table}, step=step)
+
+    def close(self, failed: bool = False) -> None:
+        self._trackio.finish()  # finishes the current run (this one) and clears it
+
+
+BACKENDS = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker, "mlflow": MLflowTracker,
+            "trackio": TrackioTracker}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from card_checks import assert_model_card
 from tether.cli import main
 from tether.metrics.logger import read_metrics
 
@@ -42,6 +43,8 @@ def test_each_algorithm_runs_without_a_critic_and_learns(name, trained, tmp_path
     assert not any(key.startswith("ppo/val/") for row in rows for key in row)
     assert not (out / "critic").exists() and (out / "model.safetensors").exists()
     assert yaml.safe_load((out / "config.yaml").read_text())["stage"] == name
+    card = assert_model_card(out, name, metric="objective/score")
+    assert "rlhf" in card.data.tags and f"| `algorithm` | `{name}` |" in card.text
     first, last = rows[0]["objective/score"], rows[-1]["objective/score"]
     result = json.loads(capsys.readouterr().out)
     assert result["objective/score"] == pytest.approx(last)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from card_checks import assert_model_card
 from tether.cli import main
 from tether.metrics.logger import read_metrics
 
@@ -35,6 +36,7 @@ def test_dpo_learns_to_rank_held_out_pairs(trained, tmp_path, capsys):
     assert last["eval/accuracy"] > 0.6 and last["eval/margin"] > 0
     assert result["eval/accuracy"] == pytest.approx(last["eval/accuracy"])
     assert (out / "model.safetensors").exists()
+    assert_model_card(out, "dpo", metric="eval/accuracy")
 
 
 def test_ipo_and_a_lora_policy(trained, tmp_path):

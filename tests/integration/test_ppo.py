@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
+from card_checks import assert_model_card
 from tether.config import PPOConfig, load_config
 from tether.loops.ppo import run_ppo
 from tether.metrics.logger import read_metrics
@@ -125,6 +126,8 @@ def test_final_checkpoints_load_with_plain_transformers(base, trained):
     policy = AutoModelForCausalLM.from_pretrained(out)
     critic = AutoModelForSequenceClassification.from_pretrained(out / "critic")
     assert critic.config.num_labels == 1
+    assert_model_card(out, "ppo", metric="objective/kl")
+    assert_model_card(out / "critic", "ppo", role="critic")
     trainer = base["trainer"]
     for (k, a), (_, b) in zip(policy.state_dict().items(), role(trainer, "actor").engine.model.state_dict().items()):
         assert torch.equal(a, b), k

@@ -13,6 +13,7 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from stage_helpers import RM_STEPS, SFT_STEPS, sft_overrides
+from card_checks import assert_model_card
 from tether.config import RewardModelConfig, SFTConfig, load_config, to_dict
 from tether.data import collate_right, load_records, sft_examples, tokenize_sft
 from tether.errors import ConfigError
@@ -43,6 +44,9 @@ def test_sft_checkpoint_loads_with_plain_transformers(trained):
     # and it differs from the base model it started from
     base = AutoModelForCausalLM.from_pretrained(trained["task"] / "base_model")
     assert not torch.equal(base.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    card = assert_model_card(out, "sft", metric="eval/loss")
+    assert card.data.base_model is None  # a local model without a card names no hub base
+    assert "| `optim.lr` | 0.001 |" in card.text and f"starting from `{trained['task'] / 'base_model'}`" in card.text
 
 
 def test_sft_metrics_and_loss_decreases(trained):
@@ -136,6 +140,8 @@ def test_rm_checkpoint_loads_with_plain_transformers(trained):
         mine = last_token_scores(ours, batch["input_ids"], batch["attention_mask"])
     torch.testing.assert_close(hf, mine, atol=1e-5, rtol=0)
     assert hf.std() > 0
+    card = assert_model_card(out, "rm", role="reward", metric="eval/accuracy")
+    assert "reward-model" in card.data.tags and f"reward.models=[{out}]" in card.text
 
 
 def test_rm_metrics_and_normalisation(trained):

@@ -46,6 +46,10 @@ def register_stage(sub, name: str) -> None:
     p.add_argument("--config", default=None, help=f"YAML preset, e.g. configs/demo/{name}.yaml.")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Dotted config overrides, e.g. optim.lr=1e-4.")
     p.add_argument("--print-config", action="store_true", help="Print the resolved config and exit.")
+    p.add_argument("--dry-run", action="store_true",
+                   help="Check the config, the run directory, the tokenizer, the models' configs and the data as the "
+                        "run would (no weights loaded), print the plan (roles, devices, placement, batches, steps, "
+                        "memory per role) and exit without writing anything.")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="Continue the run in DIR from its newest complete checkpoint, with its saved config.")
 
@@ -126,7 +130,7 @@ def run_stage(args) -> int:
 
     if args.resume:
         cfg = _resume_config(args)
-        if not args.print_config and _finished(args):
+        if not (args.print_config or args.dry_run) and _finished(args):
             return 0
     else:
         overrides = args.overrides
@@ -136,6 +140,11 @@ def run_stage(args) -> int:
         cfg = load_config(_config_class(args.command), args.config, overrides)
     if args.print_config:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        return 0
+    if args.dry_run:
+        from tether.plan import dry_run
+
+        print(dry_run(args.command, cfg, resume=bool(args.resume)).render())
         return 0
     if args.command == "sft":
         from tether.loops.sft import run_sft

@@ -163,8 +163,9 @@ def progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, disable=not enabled or rank() != 0, file=sys.stderr, dynamic_ncols=True, leave=False)
 
 
-def save_final(out: str | Path, model, tokenizer, meta: dict | None = None) -> None:
-    """Put a ``save_pretrained`` checkpoint at the root of the run directory.
+def save_final(out: str | Path, model, tokenizer, meta: dict | None = None, card: str | None = None) -> None:
+    """Put a ``save_pretrained`` checkpoint at the root of the run directory, with ``card`` (the
+    model card, :func:`tether.cards.model_card`) as its ``README.md``.
 
     The files are staged atomically, the old manifest removed first and the new one written
     last, so ``tether_checkpoint.json`` present means the checkpoint at ``out`` is whole.
@@ -183,6 +184,8 @@ def save_final(out: str | Path, model, tokenizer, meta: dict | None = None) -> N
         export = getattr(model, "export", None)
         export(tmp) if export is not None else model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if card is not None:
+            (tmp / "README.md").write_text(card, encoding="utf-8")
 
     staged = atomic_write_dir(out / ".final-staging", write, meta)
     for path in sorted(staged.iterdir(), key=lambda p: p.name == MANIFEST):

@@ -25,6 +25,7 @@ from tether.engines import TrainingEngine, engine_settings, prepare_models
 from tether.loops.common import begin_run, fit_to_context, log_data_counts, save_final, steps_for
 from tether.loops.reward_model import load_pairs
 from tether.loops.sft import optimizer_spec
+from tether.cards import model_card
 from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.loading import load_model_config
@@ -107,18 +108,25 @@ def reference_of(cfg: DPOConfig, engine: TrainingEngine, policy, tokenizer, sett
     return [pair_logprob_table(reference, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
 
 
+def dpo_inputs(cfg: DPOConfig):
+    """Everything DPO reads before the weights, checked: (tokenizer, the models' configs by path,
+    :func:`load_pairs`' result). ``tether dpo --dry-run`` stops here."""
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    models = {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path",
+                                                        cfg.model.trust_remote_code)}
+    if cfg.reference:
+        models[cfg.reference] = load_model_config(cfg.reference, "reference", cfg.model.trust_remote_code)
+    limit = fit_to_context(cfg.data.max_length, "data.max_length", models)
+    return tokenizer, models, load_pairs(cfg, tokenizer, limit)
+
+
 @guarded_run
 def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
     """Train the policy with DPO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
     ckpt = begin_run(cfg, "dpo", resume)
     settings = engine_settings(cfg)
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
-                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
-    models = {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path")}
-    if cfg.reference:
-        models[cfg.reference] = load_model_config(cfg.reference, "reference")
-    limit = fit_to_context(cfg.data.max_length, "data.max_length", models)
-    train, _, evals, counts = load_pairs(cfg, tokenizer, limit)
+    tokenizer, _, (train, _, evals, counts) = dpo_inputs(cfg)
     pad = tokenizer.pad_token_id
     batch = cfg.optim.batch_size
     full = ckpt is not None and not cfg.lora.enabled  # a LoRA checkpoint holds the adapters alone
@@ -154,6 +162,7 @@ def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
                         evaluate=evaluate if evals else None)
     t0 = time.perf_counter()
     eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
-    save_final(out, engine, tokenizer, {"stage": "dpo", "steps": total_steps})
+    save_final(out, engine, tokenizer, {"stage": "dpo", "steps": total_steps},
+               model_card(cfg, "dpo", {**eval_metrics, "steps": total_steps}, out))
     return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
             "engine": engine, "tokenizer": tokenizer}

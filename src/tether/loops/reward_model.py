@@ -28,12 +28,13 @@ from tether.loops.common import (
     save_final,
     steps_for,
 )
+from tether.cards import model_card
 from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.loops.sft import optimizer_spec, split_holdout
 from tether.metrics import MetricsLogger
 from tether.engines import TrainingEngine, engine_settings, prepare_models
 from tether.models import load_scalar_model, load_tokenizer
-from tether.models.loading import load_model_config
+from tether.models.loading import check_scalar_head_config, load_model_config
 from tether.models.lora import trainable
 from tether.models.forward import last_token_scores
 from tether.runs import guarded_run, prepare_run_dir
@@ -136,16 +137,23 @@ def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: flo
     }
 
 
+def rm_inputs(cfg: RewardModelConfig):
+    """Everything the reward-model stage reads before the weights, checked: (tokenizer, the
+    model's config, :func:`load_pairs`' result). ``tether rm --dry-run`` stops here."""
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    config = load_model_config(cfg.model.name_or_path, "model.name_or_path", cfg.model.trust_remote_code)
+    check_scalar_head_config(config, cfg.model.name_or_path, "model.name_or_path")
+    limit = fit_to_context(cfg.data.max_length, "data.max_length", {cfg.model.name_or_path: config})
+    return tokenizer, config, load_pairs(cfg, tokenizer, limit)
+
+
 @guarded_run
 def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
     ckpt = begin_run(cfg, "rm", resume)
     settings = engine_settings(cfg)
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
-                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
-    limit = fit_to_context(cfg.data.max_length, "data.max_length",
-                           {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path")})
-    train, margins, evals, counts = load_pairs(cfg, tokenizer, limit)
+    tokenizer, _, (train, margins, evals, counts) = rm_inputs(cfg)
     # The head is new when starting from the SFT model (a causal LM); a trained one is kept.
     # A LoRA checkpoint holds the adapters (and the head) alone: the base comes from the config.
     full = ckpt is not None and not cfg.lora.enabled
@@ -184,6 +192,8 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
         engine.config.score_offset = eval_metrics["eval/score_mean"]
         with MetricsLogger(out, "rm") as logger:
             logger.log(total_steps, {"rm/score_offset": engine.config.score_offset})
-    save_final(out, engine, tokenizer, {"stage": "rm", "steps": total_steps})
+    card = model_card(cfg, "rm", {**eval_metrics, "steps": total_steps, "score_offset": engine.config.score_offset},
+                      out, role="reward")
+    save_final(out, engine, tokenizer, {"stage": "rm", "steps": total_steps}, card)
     return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
             "score_offset": engine.config.score_offset, "engine": engine, "tokenizer": tokenizer}

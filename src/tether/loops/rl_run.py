@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_jsonl, truncate_metrics
 from tether.eval.health import HealthMonitor, append_alarms
+from tether.cards import model_card
 from tether.loops.common import announce_resume, begin_run, progress, save_final
 from tether.loops.rl import RLTrainer
 from tether.loops.rl_setup import build_evaluator, load_prompt_set, prompt_limit
@@ -104,10 +105,13 @@ def _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iterati
             break
     bar.close()
     logger.close()
+    final = {**(history[-1] if history else {}), "iterations": trainer.iteration}
     if trainer.critic is not None:
-        save_final(out / "critic", trainer.critic, tokenizer, {"stage": f"{stage}-critic"})
+        save_final(out / "critic", trainer.critic, tokenizer, {"stage": f"{stage}-critic"},
+                   model_card(cfg, stage, {"iterations": trainer.iteration}, out / "critic", role="critic"))
     save_final(out, trainer.actor, tokenizer,
-               {"stage": stage, "iterations": trainer.iteration, "stopped_by": monitor.stop_reason})
+               {"stage": stage, "iterations": trainer.iteration, "stopped_by": monitor.stop_reason},
+               model_card(cfg, stage, final, out))
     return {"history": history, "trainer": trainer, "time_s": time.perf_counter() - t0,
             "alarms": [a.to_dict() for a in monitor.alarms], "stopped_by": monitor.stop_reason}
 

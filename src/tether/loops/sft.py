@@ -29,6 +29,7 @@ from tether.loops.common import (
     steps_for,
 )
 from tether.engines import OptimizerSpec, TrainingEngine, engine_settings, prepare_models
+from tether.cards import model_card
 from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.forward import autocast_context, position_ids
@@ -119,6 +120,17 @@ def sft_eval_sums(model, examples, pad_id: int, batch_size: int, autocast: str =
     return total, count
 
 
+def sft_inputs(cfg: SFTConfig):
+    """Everything SFT reads before the weights, checked: (tokenizer, the model's config, train and
+    eval examples, their counts). ``tether sft --dry-run`` stops here."""
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    config = load_model_config(cfg.model.name_or_path, "model.name_or_path", cfg.model.trust_remote_code)
+    limit = fit_to_context(cfg.data.max_length, "data.max_length", {cfg.model.name_or_path: config})
+    train, evals, counts = load_sft_data(cfg, tokenizer, limit)
+    return tokenizer, config, train, evals, counts
+
+
 @guarded_run
 def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     """Train, evaluate, save ``run.out`` as a Hugging Face checkpoint; return final metrics.
@@ -127,11 +139,7 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     """
     ckpt = begin_run(cfg, "sft", resume)
     settings = engine_settings(cfg)
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
-                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
-    limit = fit_to_context(cfg.data.max_length, "data.max_length",
-                           {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path")})
-    train, evals, counts = load_sft_data(cfg, tokenizer, limit)
+    tokenizer, _, train, evals, counts = sft_inputs(cfg)
     full = ckpt is not None and not cfg.lora.enabled  # a LoRA checkpoint holds the adapters alone
     model = load_causal_lm(
         str(ckpt / "model") if full else cfg.model.name_or_path,
@@ -161,7 +169,8 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
                         evaluate=evaluate if evals else None, weight_of=lambda t: float(sum(t.loss_mask[1:])))
     t0 = time.perf_counter()
     eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
-    save_final(out, engine, tokenizer, {"stage": "sft", "steps": total_steps})
+    save_final(out, engine, tokenizer, {"stage": "sft", "steps": total_steps},
+               model_card(cfg, "sft", {**eval_metrics, "steps": total_steps}, out))
     return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
             "engine": engine, "tokenizer": tokenizer}
 

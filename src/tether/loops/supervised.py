@@ -18,7 +18,7 @@ import torch
 
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_metrics
 from tether.engines import TrainingEngine
-from tether.loops.common import announce_resume, batch_indices, progress, save_final
+from tether.loops.common import announce_resume, batch_indices, progress
 from tether.metrics import MetricsLogger
 from tether.runs import fault_point
 from tether.runtime import rank_seed, world_size
@@ -95,7 +95,3 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
     logger.close()
     return eval_metrics
 
-
-def finish(job: SupervisedJob, out: Path, meta: dict) -> None:
-    """Write the final model at the root of the run directory (atomically)."""
-    save_final(out, job.engine, job.tokenizer, meta)

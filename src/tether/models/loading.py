@@ -140,6 +140,24 @@ def is_scalar_head_config(config) -> bool:
     return any("ForSequenceClassification" in a for a in _architectures(config))
 
 
+def check_scalar_head_config(config, name_or_path: str, key: str | None, trained_head: bool = False) -> None:
+    """A checkpoint's config fit for a reward model or critic: a scalar head has one output, and
+    ``trained_head`` (a reward model, a critic from one) needs a scalar-head architecture at all."""
+    num_labels = getattr(config, "num_labels", 1)
+    if is_scalar_head_config(config) and num_labels != 1:
+        raise ModelError(
+            f"The model {_named(name_or_path, key)} has a head with {num_labels} outputs; a reward model or "
+            "critic needs exactly one (num_labels=1)."
+        )
+    if trained_head and not is_scalar_head_config(config):
+        raise ModelError(
+            f"The model {_named(name_or_path, key)} has no trained scalar head "
+            f"({', '.join(_architectures(config)) or 'no scalar head in its weights'}): as a reward model or "
+            "critic it would score with a randomly initialised head. Give a reward model trained by `tether rm` "
+            "(an AutoModelForSequenceClassification checkpoint with num_labels=1)."
+        )
+
+
 def disable_dropout(model: nn.Module) -> None:
     """Set every dropout probability to 0 (modules and attention-dropout attributes)."""
     for module in model.modules():
@@ -232,12 +250,7 @@ def load_scalar_model(
     from transformers import AutoModelForSequenceClassification
 
     config = load_model_config(name_or_path, key, trust_remote_code)
-    num_labels = getattr(config, "num_labels", 1)
-    if is_scalar_head_config(config) and num_labels != 1:
-        raise ModelError(
-            f"The model {_named(name_or_path, key)} has a head with {num_labels} outputs; a reward model or "
-            "critic needs exactly one (num_labels=1)."
-        )
+    check_scalar_head_config(config, name_or_path, key)
     config.num_labels = 1
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(

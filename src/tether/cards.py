@@ -1,0 +1,177 @@
+"""Model cards: the ``README.md`` of every final model directory, in the Hugging Face format.
+
+The YAML header is huggingface_hub's :class:`ModelCardData` (``library_name``, ``base_model``,
+``tags``, ``datasets``, ``pipeline_tag``); the body says which stage made the model from what,
+its key settings as resolved, its final metrics, the tether version and how to load it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+#: Settings shown on every card, then per stage (dotted config keys; absent keys are left out).
+COMMON_KEYS = ("run.seed", "run.precision", "model.dtype", "lora.r", "lora.alpha")
+SUPERVISED_KEYS = ("optim.lr", "optim.batch_size", "optim.grad_accum_steps", "optim.schedule", "optim.warmup_steps",
+                   "epochs", "max_steps", "data.max_length")
+STAGE_KEYS = {
+    "sft": SUPERVISED_KEYS,
+    "rm": (*SUPERVISED_KEYS, "normalize"),
+    "dpo": (*SUPERVISED_KEYS, "dpo.beta", "dpo.loss", "dpo.label_smoothing"),
+    "rl": ("algorithm", "ppo.iterations", "rollout.batch_size", "group.size", "rollout.max_new_tokens",
+           "rollout.temperature", "kl.coef", "kl.controller", "kl.estimator", "kl.placement", "ppo.epochs",
+           "ppo.minibatch_size", "ppo.clip", "ppo.actor_lr", "reward.models"),
+}
+RL_STAGES = ("ppo", "grpo", "rloo", "reinforce_pp")
+DESCRIPTIONS = {
+    "sft": "supervised fine-tuning on demonstrations (loss on response tokens only)",
+    "rm": "a Bradley-Terry reward model trained on preference pairs",
+    "dpo": "DPO on preference pairs (the policy trained directly, no reward model)",
+    "ppo": "PPO-RLHF against a reward model, with a KL penalty to the starting policy",
+    "grpo": "GRPO against a reward model (group-mean baseline, no critic)",
+    "rloo": "RLOO against a reward model (leave-one-out baseline, no critic)",
+    "reinforce_pp": "REINFORCE++ against a reward model (batch-normalised returns, no critic)",
+}
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def is_local(name: str | None) -> bool:
+    """A path on this machine (a file or directory that exists, or spelled as a path) rather than a hub id."""
+    if not name:
+        return False
+    return Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or name.endswith(
+        (".jsonl", ".json", ".parquet"))
+
+
+def base_model_of(name_or_path: str) -> str | None:
+    """The hub model a model descends from: a hub id itself, or the ``base_model`` of a local
+    checkpoint's card (a tether run's); None for a local model without one."""
+    if not is_local(name_or_path):
+        return name_or_path
+    card = Path(name_or_path).expanduser() / "README.md"
+    if not card.is_file():
+        return None
+    from huggingface_hub import ModelCard
+
+    try:
+        base = ModelCard.load(card).data.base_model
+    except Exception:  # noqa: BLE001 - a card we cannot read names no base
+        return None
+    return base if isinstance(base, str) else None
+
+
+def _hub_datasets(cfg) -> list[str]:
+    names = []
+    data = getattr(cfg, "data", None)
+    if data is not None:
+        names += [data.train, data.eval]
+    names += [getattr(cfg, "prompts", None), getattr(getattr(cfg, "eval", None), "prompts", None)]
+    out = []
+    for name in names:
+        if isinstance(name, str) and name and not is_local(name):
+            hub_id = name.split(":")[0]  # name[:subset]
+            if hub_id not in out:
+                out.append(hub_id)
+    return out
+
+
+def _value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return ", ".join(f"`{v}`" for v in value) or "(none)"
+    return f"`{value}`" if isinstance(value, str) else str(value)
+
+
+def _final_metrics(metrics: dict) -> dict[str, float]:
+    """Numbers worth a reader's eye: held-out metrics and the RL objective, finite ones only."""
+    keep = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        if key.startswith(("eval/", "objective/")) or key in ("steps", "iterations", "score_offset"):
+            keep[key] = value
+    return keep
+
+
+def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "policy") -> str:
+    """The ``README.md`` text for the model a stage saves in ``out``.
+
+    ``stage``: sft, rm, dpo or an RL algorithm; ``role``: policy (a causal LM), reward (the
+    reward model) or critic (PPO's value model, saved in ``RUN/critic``).
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    import tether
+    from tether.config import to_dict
+
+    settings = _flat(to_dict(cfg))
+    source = cfg.model.name_or_path
+    scalar = role in ("reward", "critic")
+    lora = bool(settings.get("lora.r")) or bool(settings.get("lora.adapter"))
+    tags = ["tether", stage, *(["rlhf"] if stage in RL_STAGES else []), *(["lora"] if lora else []),
+            *(["reward-model"] if role == "reward" else []), *(["value-model"] if role == "critic" else [])]
+    data = ModelCardData(library_name="transformers", base_model=base_model_of(source), tags=tags,
+                         datasets=_hub_datasets(cfg) or None,
+                         pipeline_tag="text-classification" if scalar else "text-generation")
+    keys = [*STAGE_KEYS["rl" if stage in RL_STAGES else stage], *COMMON_KEYS]
+    if not lora:
+        keys = [k for k in keys if not k.startswith("lora.")]
+    rows = [f"| `{k}` | {_value(settings[k])} |" for k in keys if k in settings]
+    final = _final_metrics(metrics)
+    what = "PPO's critic (value model), trained beside the policy" if role == "critic" else DESCRIPTIONS[stage]
+    path = str(out)
+    if scalar:
+        load = (f"from transformers import AutoModelForSequenceClassification, AutoTokenizer\n\n"
+                f"model = AutoModelForSequenceClassification.from_pretrained({path!r}, num_labels=1)\n"
+                f"tokenizer = AutoTokenizer.from_pretrained({path!r})\n"
+                f"# the score is the head's output at the last token minus model.config.score_offset")
+        use = (f"As PPO's reward model: `tether ppo reward.models=[{path}]`." if role == "reward"
+               else "It is the value model of the PPO run in the parent directory.")
+    else:
+        load = (f"from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+                f"model = AutoModelForCausalLM.from_pretrained({path!r})\n"
+                f"tokenizer = AutoTokenizer.from_pretrained({path!r})")
+        use = f"Served with an OpenAI-compatible API: `tether serve --model {path}`."
+    if lora:
+        use += (" The checkpoint has the LoRA adapters merged in; `adapter/` holds the adapters alone "
+                "(`peft.PeftModel.from_pretrained(base_model, 'adapter')`).")
+    body = "\n".join([
+        f"# {Path(out).resolve().name}",
+        "",
+        f"Trained with tether {tether.__version__}: {what}, "
+        f"starting from `{source}`.",
+        "",
+        "## Training",
+        "",
+        f"Stage: `{stage}`{' (critic)' if role == 'critic' else ''}. The run's full resolved config is "
+        f"`config.yaml` in its run directory; its curves are in `metrics.jsonl` (`tether report`).",
+        "",
+        "| setting | value |",
+        "| --- | --- |",
+        *rows,
+        "",
+        "## Results",
+        "",
+        *(["| metric | value |", "| --- | --- |", *[f"| `{k}` | {_value(v)} |" for k, v in final.items()]]
+          if final else ["No held-out metrics were computed in this run."]),
+        "",
+        "## How to load",
+        "",
+        "```python",
+        load,
+        "```",
+        "",
+        use,
+        "",
+    ])
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}").content

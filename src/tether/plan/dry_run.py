@@ -1,0 +1,223 @@
+"""``tether sft|rm|dpo|ppo|grpo|rloo|reinforce_pp --dry-run``: what a run would do, without doing it.
+
+The dry run resolves the config, checks the run directory, the device, the tokenizer, every
+model's config and the data with the same functions, in the same order, as the run itself (so
+it stops on the same bad input with the same message), then prints the plan: roles, devices,
+placement, batch arithmetic, steps and the memory model's estimate per role. No weights are
+read and nothing is written.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+from tether.plan.memory import human_bytes, per_rank_bytes, sampling_peak_bytes
+from tether.plan.params import model_shape, role_size
+
+
+@dataclass
+class Plan:
+    """Sections of ``(label, text)`` lines, in print order; ``memory``: bytes per role (per rank)."""
+
+    stage: str
+    sections: dict[str, list[str]] = field(default_factory=dict)
+    memory: dict[str, int] = field(default_factory=dict)
+    steps: int = 0
+
+    def add(self, section: str, line: str) -> None:
+        self.sections.setdefault(section, []).append(line)
+
+    def render(self) -> str:
+        width = max(len(s) for s in self.sections)
+        lines = [f"tether {self.stage} --dry-run: the plan (no weights loaded, nothing written)."]
+        for section, rows in self.sections.items():
+            for i, row in enumerate(rows):
+                lines.append(f"  {section if i == 0 else '':<{width}}  {row}")
+        return "\n".join(lines)
+
+
+def _world() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _common(plan: Plan, cfg, stage: str, resume: bool) -> None:
+    """The checks a run makes first (data parallel batch sizes, the run directory, the device)."""
+    from tether.engines import engine_settings
+    from tether.loops.common import check_data_parallel
+    from tether.runs import check_run_dir
+
+    check_data_parallel(cfg, stage)
+    out = check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
+    settings = engine_settings(cfg)
+    exists = "continues the run there" if resume else ("replaces the run there" if out.exists() else "a new directory")
+    plan.add("run", f"run.out = {out} ({exists}); seed {cfg.run.seed}")
+    world = _world()
+    where = f"{world} processes (torchrun), distributed.strategy = {cfg.distributed.strategy}" if world > 1 \
+        else "one process"
+    plan.add("device", f"{settings.device} ({cfg.run.device} requested), run.precision = {cfg.run.precision}, "
+                       f"model.dtype = {cfg.model.dtype}; {where}")
+    if cfg.run.report_to:
+        plan.add("trackers", ", ".join(cfg.run.report_to) + f" (project {cfg.run.project!r})")
+
+
+def _tokenizer(plan: Plan, tokenizer, source: str) -> None:
+    template = "yes" if getattr(tokenizer, "chat_template", None) else "no"
+    plan.add("tokenizer", f"{source}: {len(tokenizer)} tokens, eos {tokenizer.eos_token!r}, pad {tokenizer.pad_token!r}, "
+                          f"chat template: {template}")
+
+
+def _counts(counts: dict, prefix: str = "") -> str:
+    dropped, truncated = counts.get(f"{prefix}dropped_long", 0), counts.get(f"{prefix}truncated_long", 0)
+    return f"{truncated} truncated, {dropped} dropped as too long"
+
+
+def _supervised_batches(plan: Plan, cfg, n_train: int, n_eval: int) -> None:
+    from tether.loops.common import steps_for
+
+    o, world = cfg.optim, _world()
+    steps = steps_for(n_train, o.batch_size, cfg.epochs, cfg.max_steps)
+    micro = o.batch_size // o.grad_accum_steps // world
+    plan.add("batches", f"optim.batch_size {o.batch_size} = {world} rank(s) x {o.grad_accum_steps} micro-batch(es) "
+                        f"x {micro} examples")
+    how = f"max_steps = {cfg.max_steps}" if cfg.max_steps else \
+        f"{cfg.epochs:g} epochs x {n_train} examples / {o.batch_size} per step"
+    plan.add("steps", f"{steps} optimiser steps ({how}); {steps * o.batch_size / max(n_train, 1):.2f} epochs; "
+                      f"lr {o.lr:g}, {o.schedule} after {o.warmup_steps} warm-up steps")
+    if n_eval:
+        plan.add("steps", f"held-out evaluation every {cfg.eval_every} steps and at the end ({n_eval} examples)")
+    if cfg.run.save_every:
+        plan.add("steps", f"a resumable checkpoint every {cfg.run.save_every} steps (keeping {cfg.run.keep_checkpoints})")
+    plan.steps = steps
+
+
+def _memory(plan: Plan, cfg, roles: dict, strategies: dict[str, str], dtype: str, actor_params: int | None = None):
+    world = _world()
+    per_rank = per_rank_bytes(roles, dtype, world, strategies)
+    plan.memory = per_rank
+    for name, size in roles.items():
+        what = "frozen" if not size.trained else (
+            "trained" if not size.frozen else f"frozen base + {size.trained:,} trained (LoRA)")
+        if not size.frozen and not size.trained:
+            plan.add("memory", f"{name:<10} {'0 B':>9}  (shares a model above: no copy)")
+            continue
+        plan.add("memory", f"{name:<10} {human_bytes(per_rank[name]):>9}  ({size.frozen + size.trained:,} parameters, "
+                           f"{what})")
+    total = sum(per_rank.values())
+    note = f" per rank on {world} ranks" if world > 1 else ""
+    plan.add("memory", f"{'total':<10} {human_bytes(total):>9}{note}: weights + gradients + AdamW state "
+                       "(activations not included; benchmarks/memory_model.py has the formula)")
+    if actor_params and world > 1 and "fsdp" in strategies.values():
+        peak = sampling_peak_bytes(actor_params, dtype, world)
+        plan.add("memory", f"FSDP sampling gathers the actor: +{human_bytes(peak)} while generating")
+
+
+def plan_sft(cfg, resume: bool = False) -> Plan:
+    from tether.loops.sft import sft_inputs
+
+    plan = Plan("sft")
+    _common(plan, cfg, "sft", resume)
+    tokenizer, config, train, evals, counts = sft_inputs(cfg)
+    _tokenizer(plan, tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
+    plan.add("data", f"data.train {cfg.data.train}: {len(train)} examples ({_counts(counts)})")
+    plan.add("data", f"held out: {len(evals)} examples" + (f" from {cfg.data.eval}" if cfg.data.eval else
+                                                           " (a slice of data.train)"))
+    shape = model_shape(config, scalar=False, trust_remote_code=cfg.model.trust_remote_code)
+    plan.add("roles", f"policy     {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
+                      + ("LoRA r=" + str(cfg.lora.r) if cfg.lora.enabled else "every weight trained"))
+    _supervised_batches(plan, cfg, len(train), len(evals))
+    _memory(plan, cfg, {"policy": role_size(shape, True, cfg.lora)}, {"policy": cfg.distributed.strategy},
+            cfg.model.dtype)
+    return plan
+
+
+def plan_rm(cfg, resume: bool = False) -> Plan:
+    from tether.loops.reward_model import rm_inputs
+
+    plan = Plan("rm")
+    _common(plan, cfg, "rm", resume)
+    tokenizer, config, (train, _, evals, counts) = rm_inputs(cfg)
+    _tokenizer(plan, tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
+    plan.add("data", f"data.train {cfg.data.train}: {len(train)} preference pairs ({_counts(counts)})")
+    plan.add("data", f"held out: {len(evals)} pairs" + (f" from {cfg.data.eval}" if cfg.data.eval else
+                                                        " (a slice of data.train)"))
+    shape = model_shape(config, scalar=True, trust_remote_code=cfg.model.trust_remote_code)
+    plan.add("roles", f"reward     {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
+                      + (f"LoRA r={cfg.lora.r} + the score head" if cfg.lora.enabled else "every weight trained"))
+    _supervised_batches(plan, cfg, len(train), len(evals))
+    _memory(plan, cfg, {"reward": role_size(shape, True, cfg.lora, head_trained=True)},
+            {"reward": cfg.distributed.strategy}, cfg.model.dtype)
+    return plan
+
+
+def plan_dpo(cfg, resume: bool = False) -> Plan:
+    from tether.loops.dpo import dpo_inputs
+
+    plan = Plan("dpo")
+    _common(plan, cfg, "dpo", resume)
+    tokenizer, configs, (train, _, evals, counts) = dpo_inputs(cfg)
+    _tokenizer(plan, tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
+    plan.add("data", f"data.train {cfg.data.train}: {len(train)} preference pairs ({_counts(counts)})")
+    plan.add("data", f"held out: {len(evals)} pairs")
+    shape = model_shape(configs[cfg.model.name_or_path], scalar=False, trust_remote_code=cfg.model.trust_remote_code)
+    plan.add("roles", f"policy     {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
+                      + (f"LoRA r={cfg.lora.r}" if cfg.lora.enabled else "every weight trained"))
+    plan.add("roles", "reference  log-probs computed once before training, then dropped"
+                      + (" (the adapters off)" if cfg.lora.enabled and not cfg.reference else ""))
+    _supervised_batches(plan, cfg, len(train), len(evals))
+    _memory(plan, cfg, {"policy": role_size(shape, True, cfg.lora)}, {"policy": cfg.distributed.strategy},
+            cfg.model.dtype)
+    return plan
+
+
+def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
+    from tether.plan.rl_inputs import rl_inputs
+
+    plan = Plan(stage)
+    _common(plan, cfg, stage, resume)
+    inputs = rl_inputs(cfg)
+    _tokenizer(plan, inputs.tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
+    prompts = inputs.prompts
+    plan.add("data", f"prompts {cfg.prompts}: {len(prompts.ids)} prompts ({prompts.dropped_long} dropped as too "
+                     f"long; prompt limit {inputs.prompt_limit} tokens)")
+    if inputs.eval_prompts is not None:
+        plan.add("data", f"eval.prompts {cfg.eval.prompts}: {inputs.eval_prompts} prompts, judge "
+                         f"{cfg.eval.judge or '(none: proxy score and KL only)'}, every {cfg.eval.every} iterations")
+    for line in inputs.role_lines:
+        plan.add("roles", line)
+    placement = cfg.placement.backend
+    plan.add("placement", f"{placement}" + (f": {cfg.placement.ray.address or 'a local Ray cluster'}"
+                                            if placement == "ray" else " (roles in this process)")
+             + f"; rollouts on {cfg.rollout.engine}")
+    p, world = cfg.ppo, _world()
+    episodes = cfg.episodes
+    per_prompt = f" x {cfg.samples_per_prompt} responses" if cfg.samples_per_prompt > 1 else ""
+    plan.add("batches", f"rollout: {cfg.rollout.batch_size} prompts{per_prompt} = {episodes} episodes per iteration, "
+                        f"up to {cfg.rollout.max_new_tokens} new tokens each")
+    minibatches = math.ceil(episodes / p.minibatch_size)
+    micro = p.minibatch_size // p.grad_accum_steps // world
+    plan.add("batches", f"update: {p.epochs} epochs x {minibatches} minibatches of {p.minibatch_size} "
+                        f"({world} rank(s) x {p.grad_accum_steps} micro-batch(es) x {micro}) = "
+                        f"{p.epochs * minibatches} optimiser steps per iteration per trained role")
+    plan.add("steps", f"{p.iterations} iterations = {p.iterations * episodes:,} episodes, "
+                      f"{p.iterations * p.epochs * minibatches:,} actor optimiser steps")
+    plan.steps = p.iterations
+    strategies = {"actor": cfg.distributed.strategy, "critic": cfg.critic.strategy or cfg.distributed.strategy}
+    _memory(plan, cfg, inputs.role_sizes, strategies, cfg.model.dtype, inputs.actor_params)
+    if cfg.rollout.engine == "vllm":
+        plan.add("memory", f"vLLM: another copy of the actor's weights ({human_bytes(inputs.actor_params * 2)} in "
+                           f"bf16) plus its KV cache (rollout.vllm.gpu_memory_utilization of the device)")
+    return plan
+
+
+def dry_run(stage: str, cfg, resume: bool = False) -> Plan:
+    """The plan of ``tether STAGE`` with ``cfg``; raises the run's own errors on bad input."""
+    if stage == "sft":
+        return plan_sft(cfg, resume)
+    if stage == "rm":
+        return plan_rm(cfg, resume)
+    if stage == "dpo":
+        return plan_dpo(cfg, resume)
+    return plan_rl(cfg, stage, resume)
+

@@ -1,0 +1,61 @@
+"""Model cards: the Hugging Face header (ModelCard.load parses it) and the body's facts."""
+
+from __future__ import annotations
+
+from huggingface_hub import ModelCard
+
+import tether
+from tether.cards import base_model_of, model_card
+from tether.config import PPOConfig, RewardModelConfig, SFTConfig, from_dict
+
+
+def card_of(text: str, tmp_path) -> ModelCard:
+    path = tmp_path / "README.md"
+    path.write_text(text, encoding="utf-8")
+    return ModelCard.load(path)
+
+
+def test_a_hub_model_and_hub_data_fill_the_header(tmp_path):
+    cfg = from_dict(SFTConfig, {"model": {"name_or_path": "Qwen/Qwen2.5-0.5B"},
+                                "data": {"train": "HuggingFaceH4/ultrachat_200k", "eval": "HuggingFaceH4/ultrachat_200k"},
+                                "optim": {"lr": 2e-5}, "lora": {"r": 8}, "run": {"out": "runs/x"}})
+    card = card_of(model_card(cfg, "sft", {"eval/loss": 1.25, "steps": 100, "time_s": 3.0, "engine": object()},
+                              "runs/x"), tmp_path)
+    assert card.data.base_model == "Qwen/Qwen2.5-0.5B"
+    assert card.data.datasets == ["HuggingFaceH4/ultrachat_200k"]
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "text-generation"
+    assert card.data.tags == ["tether", "sft", "lora"]
+    text = card.text
+    assert f"tether {tether.__version__}" in text and "Stage: `sft`" in text
+    assert "| `optim.lr` | 2e-05 |" in text and "| `lora.r` | 8 |" in text
+    assert "| `eval/loss` | 1.25 |" in text and "| `steps` | 100 |" in text
+    assert "time_s" not in text and "engine" not in text  # only held-out metrics and counts
+    assert "adapter/" in text and "AutoModelForCausalLM.from_pretrained('runs/x')" in text
+
+
+def test_local_files_are_not_listed_as_hub_datasets_and_a_local_model_without_card_has_no_base(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    data = tmp_path / "prefs.jsonl"
+    data.write_text("")
+    cfg = from_dict(RewardModelConfig, {"model": {"name_or_path": str(model)}, "data": {"train": str(data)}})
+    card = card_of(model_card(cfg, "rm", {"eval/accuracy": 0.75}, tmp_path / "rm", role="reward"), tmp_path)
+    assert card.data.base_model is None and card.data.datasets is None
+    assert card.data.pipeline_tag == "text-classification" and "reward-model" in card.data.tags
+    assert "| `lora.r` |" not in card.text  # LoRA off: not shown
+
+
+def test_the_base_model_carries_down_a_chain_of_local_checkpoints(tmp_path):
+    sft_dir = tmp_path / "sft"
+    sft_dir.mkdir()
+    sft_cfg = from_dict(SFTConfig, {"model": {"name_or_path": "meta-llama/Llama-3.2-1B"}, "data": {"train": "a/b"}})
+    (sft_dir / "README.md").write_text(model_card(sft_cfg, "sft", {}, sft_dir))
+    assert base_model_of(str(sft_dir)) == "meta-llama/Llama-3.2-1B"
+    ppo_cfg = from_dict(PPOConfig, {"model": {"name_or_path": str(sft_dir)}, "reward": {"models": ["org/rm"]},
+                                     "prompts": "org/prompts"})
+    card = card_of(model_card(ppo_cfg, "grpo", {"objective/kl": 1.5, "eval/gold_score": float("nan")},
+                              tmp_path / "ppo"), tmp_path)
+    assert card.data.base_model == "meta-llama/Llama-3.2-1B" and card.data.datasets == ["org/prompts"]
+    assert "rlhf" in card.data.tags and "grpo" in card.data.tags
+    assert "| `objective/kl` | 1.5 |" in card.text and "gold_score" not in card.text  # NaN left out
+    assert "| `reward.models` | `org/rm` |" in card.text

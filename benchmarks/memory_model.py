@@ -4,7 +4,7 @@ scale with batch × sequence and gradient checkpointing cuts them). Prints a mar
 
     python benchmarks/memory_model.py [--rank 16] [--gpus 8]
 
-The formula, per parameter (B = bytes):
+The formula is tether.plan.memory's (the one `--dry-run` prints per role), per parameter (B = bytes):
 
 | recipe | trained parameter | frozen parameter |
 | --- | --- | --- |
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+
+from tether.plan.memory import RoleSize, per_rank_bytes, role_bytes, sampling_peak_bytes
 
 
 @dataclass(frozen=True)
@@ -71,31 +73,34 @@ QWEN = [
     Arch("Qwen2.5-0.5B", hidden=896, layers=24, ffn=4864, heads=14, kv_heads=2, vocab=151936, tied=True),
     Arch("Qwen2.5-7B", hidden=3584, layers=28, ffn=18944, heads=28, kv_heads=4, vocab=152064, tied=False),
 ]
-RECIPES = {"fp32": (16, 4), "bf16 weights": (12, 2)}  # bytes per trained / frozen parameter
+RECIPES = {"fp32": "float32", "bf16 weights": "bfloat16"}  # recipe -> model.dtype (tether.plan.memory's table)
+
+
+def ppo_sizes(arch: Arch, rank: int | None) -> dict[str, RoleSize]:
+    """Parameters per role: actor, reference, critic (from the reward model), reward model."""
+    lm, scalar = arch.causal_lm(), arch.scalar_model()
+    if rank is None:
+        return {"actor": RoleSize(trained=lm), "reference": RoleSize(frozen=lm), "critic": RoleSize(trained=scalar),
+                "reward": RoleSize(frozen=scalar)}
+    adapters = arch.lora(rank)
+    head = arch.hidden  # the critic's head trains in full beside its adapters (its base keeps the rest)
+    # The reference is the actor's base and the reward model the critic's (adapters off).
+    return {"actor": RoleSize(frozen=lm, trained=adapters), "reference": RoleSize(),
+            "critic": RoleSize(frozen=scalar, trained=adapters + head), "reward": RoleSize()}
 
 
 def ppo_bytes(arch: Arch, recipe: str, rank: int | None) -> dict:
     """Bytes per role: actor, reference, critic (from the reward model), reward model."""
-    trained, frozen = RECIPES[recipe]
-    lm, scalar = arch.causal_lm(), arch.scalar_model()
-    if rank is None:
-        return {"actor": lm * trained, "reference": lm * frozen, "critic": scalar * trained, "reward": scalar * frozen}
-    adapters = arch.lora(rank)
-    head = arch.hidden  # the critic's head trains in full beside its adapters
-    # The reference is the actor's base and the reward model the critic's (adapters off).
-    return {"actor": lm * frozen + adapters * trained, "reference": 0,
-            "critic": scalar * frozen + (adapters + head) * trained, "reward": 0}
+    return {name: role_bytes(size, RECIPES[recipe]) for name, size in ppo_sizes(arch, rank).items()}
 
 
 def per_gpu_bytes(arch: Arch, recipe: str, rank: int | None, gpus: int, strategy: str) -> tuple[float, float]:
     """(steady bytes per GPU, peak while sampling) for PPO on ``gpus`` GPUs with ``strategy``."""
-    roles = ppo_bytes(arch, recipe, rank)
+    per_gpu = per_rank_bytes(ppo_sizes(arch, rank), RECIPES[recipe], gpus, {"actor": strategy, "critic": strategy})
+    steady = sum(per_gpu.values())
     if strategy == "ddp":
-        total = sum(roles.values())
-        return total, total
-    steady = (roles["actor"] + roles["critic"]) / gpus + roles["reference"] + roles["reward"]
-    weights = arch.causal_lm() * RECIPES[recipe][1]  # the whole actor, gathered to sample
-    return steady, steady + weights * (1 - 1 / gpus)
+        return steady, steady
+    return steady, steady + sampling_peak_bytes(arch.causal_lm(), RECIPES[recipe], gpus)
 
 
 def gpu_table(rank: int, gpus: int) -> str:

@@ -1,0 +1,60 @@
+"""The Python API's config handling: objects, nested and dotted dicts, YAML paths, overrides,
+and the command's errors (no stage runs here; the README example test runs them)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tether
+from tether.api import resolve_config
+from tether.config import PPOConfig, SFTConfig, from_dict
+
+
+def test_dotted_and_nested_keys_merge_and_overrides_win(tmp_path):
+    cfg = resolve_config(SFTConfig, {"model.name_or_path": "m", "optim": {"lr": 1e-4}, "optim.batch_size": 8,
+                                     "data": {"train": "t.jsonl"}}, {"optim.lr": 2e-4})
+    assert (cfg.model.name_or_path, cfg.optim.lr, cfg.optim.batch_size, cfg.data.train) == ("m", 2e-4, 8, "t.jsonl")
+    cfg = resolve_config(SFTConfig, cfg, ["optim.batch_size=16", "max_steps=3"])
+    assert (cfg.optim.lr, cfg.optim.batch_size, cfg.max_steps) == (2e-4, 16, 3)
+    preset = tmp_path / "sft.yaml"
+    preset.write_text("model:\n  name_or_path: m\ndata:\n  train: t.jsonl\noptim:\n  lr: 3.0e-4\n")
+    cfg = resolve_config(SFTConfig, preset, {"optim.batch_size": 4})
+    assert (cfg.optim.lr, cfg.optim.batch_size) == (3e-4, 4)
+
+
+def test_config_errors_are_the_commands():
+    with pytest.raises(tether.ConfigError, match=r"Unknown config key 'optim.lrr'. Did you mean 'optim.lr'\?"):
+        resolve_config(SFTConfig, {"model.name_or_path": "m", "data.train": "t", "optim.lrr": 1})
+    with pytest.raises(tether.ConfigError, match=r"'optim.batch_size' = 0"):
+        resolve_config(SFTConfig, {"model.name_or_path": "m", "data.train": "t"}, ["optim.batch_size=0"])
+    with pytest.raises(tether.ConfigError, match="Expected a SFTConfig"):
+        resolve_config(SFTConfig, from_dict(PPOConfig, {"model": {"name_or_path": "m"}, "prompts": "p",
+                                                        "reward": {"models": ["r"]}}))
+    with pytest.raises(tether.ConfigError, match=r"tether.grpo\(\)"):
+        tether.ppo({"model.name_or_path": "m", "prompts": "p", "reward.models": ["r"], "algorithm": "grpo"})
+
+
+def test_the_function_names_the_algorithm(monkeypatch):
+    seen = {}
+
+    def fake_run(cfg, on_iteration=None, resume=False):
+        seen["cfg"] = cfg
+        return {"history": [{"objective/kl": 0.5, "note": "x"}], "time_s": 1.0}
+
+    monkeypatch.setattr("tether.loops.ppo.run_ppo", fake_run)
+    base = {"model.name_or_path": "m", "prompts": "p", "reward.models": ["r"], "run.out": "runs/x"}
+    result = tether.rloo(base)
+    assert seen["cfg"].algorithm == "rloo" and seen["cfg"].samples_per_prompt == 4
+    assert result.stage == "rloo" and result["objective/kl"] == 0.5 and "note" not in result.metrics
+    assert str(result.out) == "runs/x" and result.history == [{"objective/kl": 0.5, "note": "x"}]
+    tether.ppo(from_dict(PPOConfig, {"model": {"name_or_path": "m"}, "prompts": "p", "reward": {"models": ["r"]}}))
+    assert seen["cfg"].algorithm == "ppo"
+
+
+def test_importing_tether_stays_light():
+    import subprocess
+    import sys
+
+    code = "import sys, tether; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

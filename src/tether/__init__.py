@@ -9,8 +9,8 @@ The stages as Python functions (each takes a config object, a dict or a YAML pat
 
 __version__ = "0.1.0"
 
-from tether.api import RunResult, dpo, grpo, ppo, reinforce_pp, reward_model, rloo, sft  # noqa: E402
+from tether.api import RunResult, dpo, dry_run, grpo, ppo, reinforce_pp, reward_model, rloo, sft  # noqa: E402
 from tether.errors import ConfigError, DataError, ModelError, TetherError, TrainingError  # noqa: E402
 
 __all__ = ["ConfigError", "DataError", "ModelError", "RunResult", "TetherError", "TrainingError", "__version__",
-           "dpo", "grpo", "ppo", "reinforce_pp", "reward_model", "rloo", "sft"]
+           "dpo", "dry_run", "grpo", "ppo", "reinforce_pp", "reward_model", "rloo", "sft"]

@@ -179,6 +179,20 @@ def dpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool 
         return RunResult("dpo", Path(cfg.run.out), _numbers(run_dpo(cfg, resume=resume)), cfg)
 
 
+def dry_run(stage: str, config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False):
+    """``tether STAGE --dry-run`` from Python: the :class:`tether.plan.Plan` (``print(plan.render())``;
+    ``plan.memory``: estimated bytes per role), after the run's own checks of the config, the run
+    directory, the tokenizer, the models' configs and the data. Reads no weights, writes nothing."""
+    from tether.commands.stage import RL_COMMANDS, _config_class
+    from tether.plan import dry_run as plan
+
+    if stage not in ("sft", "rm", "dpo", *RL_COMMANDS):
+        raise ConfigError(f"tether.dry_run: unknown stage {stage!r}; expected sft, rm, dpo or one of {list(RL_COMMANDS)}.")
+    forced = {"algorithm": stage} if stage in RL_COMMANDS else None
+    with _quiet_transformers():
+        return plan(stage, resolve_config(_config_class(stage), config, overrides, forced), resume=resume)
+
+
 ppo = _rl("ppo")
 grpo = _rl("grpo")
 rloo = _rl("rloo")

@@ -140,3 +140,18 @@ def test_bad_models_and_settings_same_error(task, trained, two_output_rm, no_tem
     assert "num_labels=1" in same_error(capsys, rm_args(task, out, train, f"model.name_or_path={two_output_rm}"), "rm")
     # A directory holding another run is refused by both.
     assert str(trained["rm"]) in same_error(capsys, sft_args(task, trained["rm"], train), "sft")
+
+
+def test_the_python_dry_run(trained, tmp_path):
+    import tether
+
+    before = tree(tmp_path)
+    plan = tether.dry_run("grpo", {"model.name_or_path": str(trained["sft"]), "reward.models": [str(trained["rm"])],
+                                   "prompts": str(trained["task"] / "ppo_prompts.jsonl"), "rollout.max_new_tokens": 8,
+                                   "run.out": str(tmp_path / "g")})
+    assert set(plan.memory) == {"actor", "reference", "reward"}  # GRPO: no critic
+    lm = AutoModelForCausalLM.from_pretrained(trained["sft"]).num_parameters()
+    assert plan.memory["actor"] == lm * 16 and plan.memory["reference"] == lm * 4
+    assert "4 responses" in plan.render() and tree(tmp_path) == before
+    with pytest.raises(tether.DataError, match="no-such.jsonl"):
+        tether.dry_run("sft", {"model.name_or_path": str(trained["sft"]), "data.train": str(tmp_path / "no-such.jsonl")})

@@ -97,7 +97,10 @@ def test_sft_metrics_reach_every_tracker(tiny_task, tmp_path):
 
 def test_ppo_metrics_and_samples_reach_every_tracker(trained, tmp_path):
     out = tmp_path / "ppo-run"
-    proc = tether(ppo_args(trained, out, ALL, "ppo.iterations=2", "run.name=my-ppo", "run.project=tether"),
+    # A KL floor of 100 nats from iteration 1 on: the kl_barely_moved rule fires, so alarms reach the tables too.
+    alarm = ("health.warmup_iters=0", "health.kl_low=100", "health.kl_low_after=0", "health.kl_healthy_high=100",
+             "health.kl_drift=200", "health.kl_catastrophic=300")
+    proc = tether(ppo_args(trained, out, ALL, "ppo.iterations=2", "run.name=my-ppo", "run.project=tether", *alarm),
                   tracker_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = check_every_tracker(out, tmp_path / "trackio", "my-ppo")
@@ -119,6 +122,12 @@ def test_ppo_metrics_and_samples_reach_every_tracker(trained, tmp_path):
     rows = [row for row in got["trackio"] if "samples" in row]
     assert [row["step"] for row in rows] == [1, 2]
     assert first[0]["prompt"] in json.dumps(rows[0]["samples"])
+    # Health alarms: alarms.jsonl's rows, as a table at their iteration.
+    alarms = [json.loads(line) for line in (out / "alarms.jsonl").read_text().splitlines()]
+    assert any(a["name"] == "kl_barely_moved" for a in alarms)
+    step = alarms[0]["iteration"]
+    cells = [{k: json.dumps(v) if isinstance(v, dict) else v for k, v in a.items()} for a in alarms if a["iteration"] == step]
+    assert got["wandb_tables"][(step, "alarms")] == cells  # a dict of values as its JSON
 
 
 def test_a_resumed_run_continues_its_tracker_runs(tiny_task, tmp_path):

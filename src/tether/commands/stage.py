@@ -144,7 +144,9 @@ def run_stage(args) -> int:
     if args.dry_run:
         from tether.plan import dry_run
 
-        print(dry_run(args.command, cfg, resume=bool(args.resume)).render())
+        plan = dry_run(args.command, cfg, resume=bool(args.resume))
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one plan
+            print(plan.render())
         return 0
     if args.command == "sft":
         from tether.loops.sft import run_sft

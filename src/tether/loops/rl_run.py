@@ -86,7 +86,9 @@ def _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iterati
             stats.update(evaluator(trainer.rollout, trainer.actor, trainer.reference, trainer.reward))
             stats["timing/eval"] = time.perf_counter() - t_eval
         history.append(stats)
-        append_alarms(out / "alarms.jsonl", monitor.observe(it, stats))
+        alarms = monitor.observe(it, stats)
+        append_alarms(out / "alarms.jsonl", alarms)
+        logger.log_table("alarms", it, [alarm.to_dict() for alarm in alarms])
         if it == 1 or last or it % cfg.run.log_every == 0:
             logger.log(it, stats)
             rows = sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG)

@@ -19,12 +19,11 @@ from tether.plan.params import model_shape, role_size
 
 @dataclass
 class Plan:
-    """Sections of ``(label, text)`` lines, in print order; ``memory``: bytes per role (per rank)."""
+    """Sections of text lines, in print order; ``memory``: the estimated bytes per role (per rank)."""
 
     stage: str
     sections: dict[str, list[str]] = field(default_factory=dict)
     memory: dict[str, int] = field(default_factory=dict)
-    steps: int = 0
 
     def add(self, section: str, line: str) -> None:
         self.sections.setdefault(section, []).append(line)
@@ -89,7 +88,6 @@ def _supervised_batches(plan: Plan, cfg, n_train: int, n_eval: int) -> None:
         plan.add("steps", f"held-out evaluation every {cfg.eval_every} steps and at the end ({n_eval} examples)")
     if cfg.run.save_every:
         plan.add("steps", f"a resumable checkpoint every {cfg.run.save_every} steps (keeping {cfg.run.keep_checkpoints})")
-    plan.steps = steps
 
 
 def _memory(plan: Plan, cfg, roles: dict, strategies: dict[str, str], dtype: str, actor_params: int | None = None):
@@ -202,7 +200,6 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
                         f"{p.epochs * minibatches} optimiser steps per iteration per trained role")
     plan.add("steps", f"{p.iterations} iterations = {p.iterations * episodes:,} episodes, "
                       f"{p.iterations * p.epochs * minibatches:,} actor optimiser steps")
-    plan.steps = p.iterations
     strategies = {"actor": cfg.distributed.strategy, "critic": cfg.critic.strategy or cfg.distributed.strategy}
     _memory(plan, cfg, inputs.role_sizes, strategies, cfg.model.dtype, inputs.actor_params)
     if cfg.rollout.engine == "vllm":

@@ -7,6 +7,7 @@ run passes back as ``resume_id`` to continue the same tracker run.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -21,8 +22,8 @@ def _columns(rows: list[dict]) -> list[str]:
 
 
 def _cell(value):
-    """A table cell: numbers and strings as they are, anything else as its text."""
-    return value if isinstance(value, (int, float, str)) or value is None else str(value)
+    """A table cell: numbers and strings as they are, anything else (a dict of values) as its JSON."""
+    return value if isinstance(value, (int, float, str)) or value is None else json.dumps(value, default=str)
 
 
 def _flatten(config: dict, prefix: str = "") -> dict[str, object]:

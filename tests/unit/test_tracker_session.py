@@ -1,0 +1,109 @@
+"""The tracker session: opened per run directory, fed by MetricsLogger, closed (failed or not) by
+the stage; numbers only; the ids a resumed run continues. Fake backends stand in for the
+libraries here (tests/integration/test_trackers.py runs the real ones)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tether.trackers as trackers
+from tether.config import SFTConfig, from_dict
+from tether.errors import ConfigError
+from tether.metrics import MetricsLogger
+
+
+class FakeBackend:
+    opened: list["FakeBackend"] = []
+
+    def __init__(self, out, project, name, stage, config, resume_id=None):
+        self.args = dict(out=out, project=project, name=name, stage=stage, config=config, resume_id=resume_id)
+        self.run_id = resume_id or f"id-{len(FakeBackend.opened)}"
+        self.logged, self.tables, self.closed = [], [], None
+        FakeBackend.opened.append(self)
+
+    def log(self, step, metrics):
+        self.logged.append((step, metrics))
+
+    def log_table(self, name, step, rows):
+        self.tables.append((name, step, rows))
+
+    def close(self, failed=False):
+        self.closed = "failed" if failed else "finished"
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    from tether.trackers import backends
+
+    FakeBackend.opened = []
+    monkeypatch.setattr(backends, "BACKENDS", {"wandb": FakeBackend})
+    monkeypatch.setattr(trackers, "check_installed", lambda names: None)
+    return FakeBackend.opened
+
+
+def cfg_for(out, **run):
+    return from_dict(SFTConfig, {"model": {"name_or_path": "m"}, "data": {"train": "t"},
+                                 "run": {"out": str(out), "report_to": ["wandb"], **run}})
+
+
+def test_metrics_logger_feeds_the_open_trackers_numbers_only(fake, tmp_path):
+    with trackers.stage_session():
+        trackers.open_for_run(tmp_path, cfg_for(tmp_path, project="p"), "sft", resume=False)
+        with MetricsLogger(tmp_path, "sft") as logger:
+            logger.log(3, {"train/loss": 1.5, "n": 2, "flag": True, "bad": float("nan"), "text": "x"})
+            logger.log_table("samples", 3, [{"prompt": "a", "score": 0.5}])
+        (backend,) = fake
+        assert backend.args["project"] == "p" and backend.args["name"] == tmp_path.name
+        assert backend.args["config"]["stage"] == "sft" and backend.args["config"]["optim"]["lr"] == 1e-5
+    assert backend.logged == [(3, {"train/loss": 1.5, "n": 2.0})]  # bools, NaN and strings stay in metrics.jsonl
+    assert backend.tables == [("samples", 3, [{"prompt": "a", "score": 0.5}])]
+    assert backend.closed == "finished" and trackers.for_run(tmp_path) is None
+    row = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert row["bad"] == "nan" and row["flag"] is True  # the file keeps everything
+
+
+def test_a_failing_stage_closes_its_trackers_as_failed_and_resume_reuses_ids(fake, tmp_path):
+    with pytest.raises(RuntimeError):
+        with trackers.stage_session():
+            trackers.open_for_run(tmp_path, cfg_for(tmp_path), "sft", resume=False)
+            raise RuntimeError("boom")
+    assert fake[0].closed == "failed"
+    assert json.loads((tmp_path / "trackers.json").read_text()) == {"wandb": "id-0"}
+    with trackers.stage_session():
+        trackers.open_for_run(tmp_path, cfg_for(tmp_path), "sft", resume=True)
+    assert fake[1].args["resume_id"] == "id-0" and fake[1].closed == "finished"
+    with trackers.stage_session():
+        trackers.open_for_run(tmp_path, cfg_for(tmp_path), "sft", resume=False)  # a fresh run: a new tracker run
+    assert fake[2].args["resume_id"] is None
+
+
+def test_no_trackers_asked_for_opens_nothing(fake, tmp_path):
+    cfg = from_dict(SFTConfig, {"model": {"name_or_path": "m"}, "data": {"train": "t"}})
+    trackers.open_for_run(tmp_path, cfg, "sft", resume=False)
+    assert not fake and trackers.for_run(tmp_path) is None and not (tmp_path / "trackers.json").exists()
+
+
+def test_a_tracker_that_cannot_start_is_one_paragraph(monkeypatch, tmp_path):
+    from tether.trackers import backends
+
+    def broken(**kwargs):
+        raise OSError("permission denied:\n  /nowhere")
+
+    monkeypatch.setattr(backends, "BACKENDS", {"wandb": broken})
+    monkeypatch.setattr(trackers, "check_installed", lambda names: None)
+    with pytest.raises(ConfigError, match=r"run.report_to': wandb could not start a run for .*: permission denied: /nowhere"):
+        trackers.open_for_run(tmp_path, cfg_for(tmp_path), "sft", resume=False)
+
+
+def test_a_missing_package_names_it(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trackio" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"asks for trackio.*`pip install trackio`"):
+        trackers.check_installed(["tensorboard", "trackio"])
+    with pytest.raises(ConfigError, match="pip install trackio"):
+        from_dict(SFTConfig, {"model": {"name_or_path": "m"}, "data": {"train": "t"},
+                              "run": {"report_to": ["trackio"]}})

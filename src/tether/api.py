@@ -30,8 +30,9 @@ class RunResult:
 
     ``out``: the run directory, a Hugging Face checkpoint (``from_pretrained(result.out)``) with
     ``config.yaml``, ``metrics.jsonl`` and a model card (``README.md``). ``metrics``: the final
-    numbers (held-out metrics; RL: the last iteration's). ``history``: RL only, every iteration's
-    metrics. ``config``: the resolved config the run used.
+    numbers (held-out metrics; RL: the last iteration's). ``config``: the resolved config the run
+    used. RL only: ``history``, every iteration's metrics; ``alarms``, the health monitor's alarms
+    (as in ``alarms.jsonl``); ``stopped_by``, the rule that stopped the run early (None: it ran out).
     """
 
     stage: str
@@ -39,6 +40,8 @@ class RunResult:
     metrics: dict[str, float]
     config: Any
     history: list[dict] = field(default_factory=list)
+    alarms: list[dict] = field(default_factory=list)
+    stopped_by: str | None = None
 
     def __getitem__(self, name: str) -> float:
         return self.metrics[name]
@@ -118,7 +121,8 @@ def _rl(algorithm: str):
             result = run_ppo(cfg, on_iteration=on_iteration, resume=resume)
         history = result["history"]
         metrics = {**(_numbers(history[-1]) if history else {}), "time_s": result["time_s"]}
-        return RunResult(algorithm, Path(cfg.run.out), metrics, cfg, history)
+        return RunResult(algorithm, Path(cfg.run.out), metrics, cfg, history, result.get("alarms", []),
+                         result.get("stopped_by"))
 
     run.__name__ = run.__qualname__ = algorithm
     run.__doc__ = (f"Run {algorithm.upper() if algorithm != 'reinforce_pp' else 'REINFORCE++'} (``tether {algorithm}``): "

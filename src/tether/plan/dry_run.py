@@ -184,10 +184,7 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
                          f"{cfg.eval.judge or '(none: proxy score and KL only)'}, every {cfg.eval.every} iterations")
     for line in inputs.role_lines:
         plan.add("roles", line)
-    placement = cfg.placement.backend
-    plan.add("placement", f"{placement}" + (f": {cfg.placement.ray.address or 'a local Ray cluster'}"
-                                            if placement == "ray" else " (roles in this process)")
-             + f"; rollouts on {cfg.rollout.engine}")
+    _placement(plan, cfg)
     p, world = cfg.ppo, _world()
     episodes = cfg.episodes
     per_prompt = f" x {cfg.samples_per_prompt} responses" if cfg.samples_per_prompt > 1 else ""
@@ -206,6 +203,23 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
         plan.add("memory", f"vLLM: another copy of the actor's weights ({human_bytes(inputs.actor_params * 2)} in "
                            f"bf16) plus its KV cache (rollout.vllm.gpu_memory_utilization of the device)")
     return plan
+
+
+def _placement(plan: Plan, cfg) -> None:
+    """Where the roles run: this process, or Ray worker groups with what each reserves."""
+    from tether.roles.build import role_groups
+
+    engine = f"rollouts on {cfg.rollout.engine}"
+    if cfg.placement.backend != "ray":
+        plan.add("placement", f"local: every role in this process{' (each rank)' if _world() > 1 else ''}; {engine}")
+        return
+    ray = cfg.placement.ray
+    plan.add("placement", f"ray: {ray.address or 'a local Ray cluster started on this machine'}; {engine}")
+    for group in role_groups(cfg, ray.colocate):
+        res = getattr(ray, group[0])  # a group takes its first role's resources
+        extra = f", {res.resources}" if res.resources else ""
+        plan.add("placement", f"  group {' + '.join(group)}: {res.num_workers} worker(s) x "
+                              f"{res.num_cpus:g} CPU, {res.num_gpus:g} GPU{extra}")
 
 
 def dry_run(stage: str, cfg, resume: bool = False) -> Plan:

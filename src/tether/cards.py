@@ -34,16 +34,6 @@ DESCRIPTIONS = {
 }
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def is_local(name: str | None) -> bool:
     """A path on this machine (a file or directory that exists, or spelled as a path) rather than a hub id."""
     if not name:
@@ -113,8 +103,9 @@ def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "pol
 
     import tether
     from tether.config import to_dict
+    from tether.config.base import flat_dict
 
-    settings = _flat(to_dict(cfg))
+    settings = flat_dict(to_dict(cfg))
     source = cfg.model.name_or_path
     scalar = role in ("reward", "critic")
     lora = bool(settings.get("lora.r")) or bool(settings.get("lora.adapter"))

@@ -140,8 +140,11 @@ def test_bad_models_and_settings_same_error(task, trained, two_output_rm, no_tem
         assert needle in same_error(capsys, argv, "ppo"), argv
     train = write_jsonl(tmp_path / "train.jsonl", [{"prompt": "a", "completion": "b"}] * 8)
     assert "num_labels=1" in same_error(capsys, rm_args(task, out, train, f"model.name_or_path={two_output_rm}"), "rm")
-    # A directory holding another run is refused by both.
-    assert str(trained["rm"]) in same_error(capsys, sft_args(task, trained["rm"], train), "sft")
+    # A directory holding another run is refused by both, before the (here also bad) data is read.
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"promt": "a", "completion": "b"}])
+    assert str(trained["rm"]) in same_error(capsys, sft_args(task, trained["rm"], bad), "sft")
+    # A device this machine lacks, before the data too.
+    assert "run.device" in same_error(capsys, rm_args(task, out, bad, "run.device=cuda:3"), "rm")
 
 
 def test_the_python_dry_run(trained, tmp_path):

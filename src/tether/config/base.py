@@ -294,6 +294,17 @@ def apply_moved_keys(cls: type, data: dict) -> dict:
     return data
 
 
+def flat_dict(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts (a :func:`to_dict`) as one level of dotted keys: ``{"optim": {"lr": 1}}`` -> ``{"optim.lr": 1}``."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flat_dict(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def to_dict(obj: Any) -> dict:
     """The config as plain nested dicts (YAML-safe)."""
     out = {}

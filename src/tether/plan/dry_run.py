@@ -111,62 +111,55 @@ def _memory(plan: Plan, cfg, roles: dict, strategies: dict[str, str], dtype: str
         plan.add("memory", f"FSDP sampling gathers the actor: +{human_bytes(peak)} while generating")
 
 
+def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, scalar: bool) -> Plan:
+    """The plan of SFT, the reward model or DPO; ``load(cfg)`` is the stage's own input check, giving
+    (tokenizer, the model's config, train, eval, counts). Checked in the run's order: the run
+    directory and the device first, then the inputs."""
+    plan = Plan(stage)
+    _common(plan, cfg, stage, resume)
+    tokenizer, config, train, evals, counts = load(cfg)
+    _tokenizer(plan, tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
+    plan.add("data", f"data.train {cfg.data.train}: {len(train)} {unit} ({_counts(counts)})")
+    plan.add("data", f"held out: {len(evals)} {unit.split()[-1]}" + (f" from {cfg.data.eval}" if cfg.data.eval else
+                                                                   " (a slice of data.train)"))
+    shape = model_shape(config, scalar=scalar, trust_remote_code=cfg.model.trust_remote_code)
+    training = (f"LoRA r={cfg.lora.r}" + (" + the score head" if scalar else "")) if cfg.lora.enabled \
+        else "every weight trained"
+    plan.add("roles", f"{role:<10} {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
+                      f"{training}")
+    if stage == "dpo":
+        plan.add("roles", "reference  log-probs computed once before training, then dropped"
+                          + (" (the adapters off)" if cfg.lora.enabled and not cfg.reference else ""))
+    _supervised_batches(plan, cfg, len(train), len(evals))
+    _memory(plan, cfg, {role: role_size(shape, True, cfg.lora, head_trained=scalar)},
+            {role: cfg.distributed.strategy}, cfg.model.dtype)
+    return plan
+
+
 def plan_sft(cfg, resume: bool = False) -> Plan:
     from tether.loops.sft import sft_inputs
 
-    plan = Plan("sft")
-    _common(plan, cfg, "sft", resume)
-    tokenizer, config, train, evals, counts = sft_inputs(cfg)
-    _tokenizer(plan, tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
-    plan.add("data", f"data.train {cfg.data.train}: {len(train)} examples ({_counts(counts)})")
-    plan.add("data", f"held out: {len(evals)} examples" + (f" from {cfg.data.eval}" if cfg.data.eval else
-                                                           " (a slice of data.train)"))
-    shape = model_shape(config, scalar=False, trust_remote_code=cfg.model.trust_remote_code)
-    plan.add("roles", f"policy     {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
-                      + ("LoRA r=" + str(cfg.lora.r) if cfg.lora.enabled else "every weight trained"))
-    _supervised_batches(plan, cfg, len(train), len(evals))
-    _memory(plan, cfg, {"policy": role_size(shape, True, cfg.lora)}, {"policy": cfg.distributed.strategy},
-            cfg.model.dtype)
-    return plan
+    return _plan_supervised("sft", cfg, resume, sft_inputs, "examples", "policy", scalar=False)
 
 
 def plan_rm(cfg, resume: bool = False) -> Plan:
     from tether.loops.reward_model import rm_inputs
 
-    plan = Plan("rm")
-    _common(plan, cfg, "rm", resume)
-    tokenizer, config, (train, _, evals, counts) = rm_inputs(cfg)
-    _tokenizer(plan, tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
-    plan.add("data", f"data.train {cfg.data.train}: {len(train)} preference pairs ({_counts(counts)})")
-    plan.add("data", f"held out: {len(evals)} pairs" + (f" from {cfg.data.eval}" if cfg.data.eval else
-                                                        " (a slice of data.train)"))
-    shape = model_shape(config, scalar=True, trust_remote_code=cfg.model.trust_remote_code)
-    plan.add("roles", f"reward     {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
-                      + (f"LoRA r={cfg.lora.r} + the score head" if cfg.lora.enabled else "every weight trained"))
-    _supervised_batches(plan, cfg, len(train), len(evals))
-    _memory(plan, cfg, {"reward": role_size(shape, True, cfg.lora, head_trained=True)},
-            {"reward": cfg.distributed.strategy}, cfg.model.dtype)
-    return plan
+    def load(cfg):
+        tokenizer, config, (train, _, evals, counts) = rm_inputs(cfg)
+        return tokenizer, config, train, evals, counts
+
+    return _plan_supervised("rm", cfg, resume, load, "preference pairs", "reward", scalar=True)
 
 
 def plan_dpo(cfg, resume: bool = False) -> Plan:
     from tether.loops.dpo import dpo_inputs
 
-    plan = Plan("dpo")
-    _common(plan, cfg, "dpo", resume)
-    tokenizer, configs, (train, _, evals, counts) = dpo_inputs(cfg)
-    _tokenizer(plan, tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
-    plan.add("data", f"data.train {cfg.data.train}: {len(train)} preference pairs ({_counts(counts)})")
-    plan.add("data", f"held out: {len(evals)} pairs")
-    shape = model_shape(configs[cfg.model.name_or_path], scalar=False, trust_remote_code=cfg.model.trust_remote_code)
-    plan.add("roles", f"policy     {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
-                      + (f"LoRA r={cfg.lora.r}" if cfg.lora.enabled else "every weight trained"))
-    plan.add("roles", "reference  log-probs computed once before training, then dropped"
-                      + (" (the adapters off)" if cfg.lora.enabled and not cfg.reference else ""))
-    _supervised_batches(plan, cfg, len(train), len(evals))
-    _memory(plan, cfg, {"policy": role_size(shape, True, cfg.lora)}, {"policy": cfg.distributed.strategy},
-            cfg.model.dtype)
-    return plan
+    def load(cfg):
+        tokenizer, configs, (train, _, evals, counts) = dpo_inputs(cfg)
+        return tokenizer, configs[cfg.model.name_or_path], train, evals, counts
+
+    return _plan_supervised("dpo", cfg, resume, load, "preference pairs", "policy", scalar=False)
 
 
 def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:

@@ -13,6 +13,8 @@ import re
 import time
 from pathlib import Path
 
+from tether.config.base import flat_dict
+
 
 def _columns(rows: list[dict]) -> list[str]:
     columns: list[str] = []
@@ -26,16 +28,6 @@ def _cell(value):
     return value if isinstance(value, (int, float, str)) or value is None else json.dumps(value, default=str)
 
 
-def _flatten(config: dict, prefix: str = "") -> dict[str, object]:
-    flat: dict[str, object] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 class TensorBoardTracker:
     """Event files in ``RUN/tensorboard`` (``tensorboard --logdir RUN``). TensorBoard has no tables:
     a table becomes a text summary (a Markdown table) under its name."""
@@ -45,7 +37,7 @@ class TensorBoardTracker:
 
         self.writer = SummaryWriter(log_dir=str(out / "tensorboard"))
         self.run_id = None
-        self.writer.add_text("config", "\n".join(f"    {k}: {v}" for k, v in _flatten(config).items()), 0)
+        self.writer.add_text("config", "\n".join(f"    {k}: {v}" for k, v in flat_dict(config).items()), 0)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
@@ -116,7 +108,7 @@ class MLflowTracker:
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(project)
         run = self.client.create_run(experiment_id, run_name=name, tags={"tether.stage": stage})
         self.run_id = run.info.run_id
-        params = [Param(_MLFLOW_KEY.sub("_", k)[:250], str(v)[:6000]) for k, v in _flatten(config).items()]
+        params = [Param(_MLFLOW_KEY.sub("_", k)[:250], str(v)[:6000]) for k, v in flat_dict(config).items()]
         for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=params[start:start + 100])
 

@@ -163,6 +163,10 @@ def test_a_tracker_that_is_not_installed_is_one_paragraph(tiny_task, tmp_path):
     assert "Traceback" not in proc.stderr
     assert "run.report_to" in proc.stderr and "pip install wandb" in proc.stderr
     assert not out.exists()
+    dry = subprocess.run([sys.executable, "-c", code, "sft", "--dry-run", *sft_overrides(
+        tiny_task["dir"], out, "run.report_to=[tensorboard,wandb]")], capture_output=True, text=True,
+        env=tracker_env(tmp_path), timeout=120)
+    assert dry.returncode == 2 and dry.stderr == proc.stderr  # the dry run stops on it too
 
 
 def test_an_unknown_tracker_names_the_choices(tiny_task, tmp_path):

@@ -104,6 +104,5 @@ def test_a_missing_package_names_it(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trackio" else real(name, *a))
     with pytest.raises(ConfigError, match=r"asks for trackio.*`pip install trackio`"):
         trackers.check_installed(["tensorboard", "trackio"])
-    with pytest.raises(ConfigError, match="pip install trackio"):
-        from_dict(SFTConfig, {"model": {"name_or_path": "m"}, "data": {"train": "t"},
-                              "run": {"report_to": ["trackio"]}})
+    # A saved config naming a tracker still loads (a Ray worker, a resumed run's directory check).
+    from_dict(SFTConfig, {"model": {"name_or_path": "m"}, "data": {"train": "t"}, "run": {"report_to": ["trackio"]}})

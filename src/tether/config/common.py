@@ -76,10 +76,8 @@ class RunConfig:
     name: str | None = option(None, "The run's name in the trackers; default: the run directory's name.")
 
     def validate(self) -> None:
-        check_device_spec(self.device)
-        from tether.trackers import check_installed  # local: config loading imports no tracker
-
-        check_installed(self.report_to)
+        check_device_spec(self.device)  # (run.report_to's packages are checked when a stage starts:
+        # a Ray worker or a reader of a saved config needs no tracker installed)
 
 
 @dataclass(frozen=True)

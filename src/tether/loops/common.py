@@ -19,6 +19,7 @@ from tether.checkpoint import latest_checkpoint
 from tether.distributed.collectives import barrier, on_main
 from tether.runtime import rank, world_size
 from tether.metrics import MetricsLogger
+from tether.trackers import check_installed
 from tether.models.loading import context_length
 from tether.runs import (
     MANIFEST,
@@ -37,6 +38,7 @@ def begin_run(cfg, stage: str, resume: bool) -> Path | None:
     Inputs are loaded and checked after this and before the run directory is touched, so bad
     input leaves nothing behind.
     """
+    check_installed(cfg.run.report_to)  # a tracker asked for and missing: before anything else
     threads, why = set_threads(cfg.run.threads)
     if cfg.run.threads == 0:
         notice(f"{threads} torch thread{'s' if threads > 1 else ''} ({why}).")

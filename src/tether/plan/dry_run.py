@@ -46,7 +46,9 @@ def _common(plan: Plan, cfg, stage: str, resume: bool) -> None:
     from tether.engines import engine_settings
     from tether.loops.common import check_data_parallel
     from tether.runs import check_run_dir
+    from tether.trackers import check_installed
 
+    check_installed(cfg.run.report_to)
     check_data_parallel(cfg, stage)
     out = check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
     settings = engine_settings(cfg)

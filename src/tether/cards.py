@@ -34,18 +34,12 @@ DESCRIPTIONS = {
 }
 
 
-def is_local(name: str | None) -> bool:
-    """A path on this machine (a file or directory that exists, or spelled as a path) rather than a hub id."""
-    if not name:
-        return False
-    return Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or name.endswith(
-        (".jsonl", ".json", ".parquet"))
-
-
 def base_model_of(name_or_path: str) -> str | None:
     """The hub model a model descends from: a hub id itself, or the ``base_model`` of a local
     checkpoint's card (a tether run's); None for a local model without one."""
-    if not is_local(name_or_path):
+    from tether.models.loading import looks_local
+
+    if not (Path(name_or_path).expanduser().exists() or looks_local(name_or_path)):
         return name_or_path
     card = Path(name_or_path).expanduser() / "README.md"
     if not card.is_file():
@@ -60,6 +54,9 @@ def base_model_of(name_or_path: str) -> str | None:
 
 
 def _hub_datasets(cfg) -> list[str]:
+    """The stage's data sources that are hub datasets (as the loaders tell them from local files)."""
+    from tether.data.records import looks_like_hub_id
+
     names = []
     data = getattr(cfg, "data", None)
     if data is not None:
@@ -67,7 +64,7 @@ def _hub_datasets(cfg) -> list[str]:
     names += [getattr(cfg, "prompts", None), getattr(getattr(cfg, "eval", None), "prompts", None)]
     out = []
     for name in names:
-        if isinstance(name, str) and name and not is_local(name):
+        if isinstance(name, str) and name and not Path(name).expanduser().exists() and looks_like_hub_id(name):
             hub_id = name.split(":")[0]  # name[:subset]
             if hub_id not in out:
                 out.append(hub_id)

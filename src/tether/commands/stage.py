@@ -109,15 +109,10 @@ def _finished(args) -> bool:
 
 def _check_algorithm(args) -> None:
     """``tether X`` runs algorithm X: an ``algorithm`` override or preset key naming another is an error."""
-    from tether.config.base import read_yaml
+    from tether.api import given_algorithms
     from tether.errors import ConfigError
 
-    given = [o.split("=", 1)[1].strip() for o in args.overrides if o.split("=", 1)[0].strip() == "algorithm"]
-    if args.config:
-        data = read_yaml(args.config)
-        if isinstance(data, dict) and "algorithm" in data:
-            given.append(str(data["algorithm"]))
-    for name in given:
+    for name in given_algorithms(args.config, args.overrides):
         if name != args.command:
             raise ConfigError(f"Config key 'algorithm' = {name!r} under `tether {args.command}`: each RL algorithm has "
                               f"its command; run `tether {name}` (or drop the key).")

@@ -50,7 +50,7 @@ def load_records(source: str | os.PathLike, split: str = "train", key: str | Non
     path = Path(src).expanduser()
     if path.exists():
         records = _load_local(path, label)
-    elif _looks_like_hub_id(src):
+    elif looks_like_hub_id(src):
         records = _load_hub(src, split, label)
     else:
         raise DataError(
@@ -63,7 +63,8 @@ def load_records(source: str | os.PathLike, split: str = "train", key: str | Non
     return records
 
 
-def _looks_like_hub_id(src: str) -> bool:
+def looks_like_hub_id(src: str) -> bool:
+    """A hub dataset name (``org/name[:subset]``) rather than a local file, as :func:`load_records` reads it."""
     if src.startswith(("/", ".", "~")) or "\\" in src or ".." in src:
         return False
     if src.lower().split(":", 1)[0].endswith(_FILE_LIKE_SUFFIXES):

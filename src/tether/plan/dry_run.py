@@ -10,7 +10,6 @@ read and nothing is written.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
 from tether.plan.memory import human_bytes, per_rank_bytes, sampling_peak_bytes
@@ -38,7 +37,9 @@ class Plan:
 
 
 def _world() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    from tether.runtime import world_size
+
+    return world_size()
 
 
 def _common(plan: Plan, cfg, stage: str, resume: bool) -> None:
@@ -92,7 +93,7 @@ def _supervised_batches(plan: Plan, cfg, n_train: int, n_eval: int) -> None:
         plan.add("steps", f"a resumable checkpoint every {cfg.run.save_every} steps (keeping {cfg.run.keep_checkpoints})")
 
 
-def _memory(plan: Plan, cfg, roles: dict, strategies: dict[str, str], dtype: str, actor_params: int | None = None):
+def _memory(plan: Plan, roles: dict, strategies: dict[str, str], dtype: str, actor_params: int | None = None):
     world = _world()
     per_rank = per_rank_bytes(roles, dtype, world, strategies)
     plan.memory = per_rank
@@ -133,7 +134,7 @@ def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, 
         plan.add("roles", "reference  log-probs computed once before training, then dropped"
                           + (" (the adapters off)" if cfg.lora.enabled and not cfg.reference else ""))
     _supervised_batches(plan, cfg, len(train), len(evals))
-    _memory(plan, cfg, {role: role_size(shape, True, cfg.lora, head_trained=scalar)},
+    _memory(plan, {role: role_size(shape, True, cfg.lora, head_trained=scalar)},
             {role: cfg.distributed.strategy}, cfg.model.dtype)
     return plan
 
@@ -193,7 +194,7 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
     plan.add("steps", f"{p.iterations} iterations = {p.iterations * episodes:,} episodes, "
                       f"{p.iterations * p.epochs * minibatches:,} actor optimiser steps")
     strategies = {"actor": cfg.distributed.strategy, "critic": cfg.critic.strategy or cfg.distributed.strategy}
-    _memory(plan, cfg, inputs.role_sizes, strategies, cfg.model.dtype, inputs.actor_params)
+    _memory(plan, inputs.role_sizes, strategies, cfg.model.dtype, inputs.actor_params)
     if cfg.rollout.engine == "vllm":
         plan.add("memory", f"vLLM: another copy of the actor's weights ({human_bytes(inputs.actor_params * 2)} in "
                            f"bf16) plus its KV cache (rollout.vllm.gpu_memory_utilization of the device)")
@@ -218,12 +219,12 @@ def _placement(plan: Plan, cfg) -> None:
 
 
 def dry_run(stage: str, cfg, resume: bool = False) -> Plan:
-    """The plan of ``tether STAGE`` with ``cfg``; raises the run's own errors on bad input."""
-    if stage == "sft":
-        return plan_sft(cfg, resume)
-    if stage == "rm":
-        return plan_rm(cfg, resume)
-    if stage == "dpo":
-        return plan_dpo(cfg, resume)
-    return plan_rl(cfg, stage, resume)
+    """The plan of ``tether STAGE`` with ``cfg``; raises the run's own errors on bad input. Under
+    torchrun it joins the process group as the run would, so batch splits and the per-rank memory
+    are those of that many ranks."""
+    from tether.distributed import init_distributed
+
+    plans = {"sft": plan_sft, "rm": plan_rm, "dpo": plan_dpo}
+    with init_distributed(cfg):
+        return plans[stage](cfg, resume) if stage in plans else plan_rl(cfg, stage, resume)
 

@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -49,7 +50,7 @@ class Trackers:
     def log(self, step: int, metrics: dict) -> None:
         """``metrics``: name -> value as written to metrics.jsonl; the finite numbers are logged."""
         numbers = {k: float(v) for k, v in metrics.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")}
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
         if numbers:
             for backend in self.backends:
                 backend.log(step, numbers)
@@ -80,7 +81,6 @@ def open_for_run(out: Path, cfg, stage: str, resume: bool) -> None:
     names = list(getattr(cfg.run, "report_to", []) or [])
     if not names:
         return
-    check_installed(names)
     ids_path = out / IDS_FILE
     ids = json.loads(ids_path.read_text(encoding="utf-8")) if resume and ids_path.is_file() else {}
     run_name = cfg.run.name or out.name

@@ -86,7 +86,7 @@ def test_sft_two_ranks_match_one_process(trained, sft_reference, tmp_path, strat
         assert len(list((out / "tensorboard").iterdir())) == 1
         assert tensorboard_metrics(out)[0] == pytest.approx(jsonl_metrics(out), rel=1e-6)
         assert mlflow_run(out)[2] == jsonl_metrics(out)  # mlflow_run asserts a single run
-    tracker_files = ("tensorboard", "mlflow.db", "trackers.json")
+    tracker_files = ("tensorboard", "mlflow.db", "mlartifacts", "trackers.json")
     assert [p for p in layout(out) if not p.startswith(tracker_files)] == layout(sft_reference)
     report(f"sft {strategy}", largest_metric_diff(sft_reference, out), largest_weight_diff(sft_reference, out))
 

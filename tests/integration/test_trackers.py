@@ -39,9 +39,9 @@ def tracker_env(tmp: Path) -> dict:
     return env
 
 
-def tether(args: list[str], env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+def tether(args: list[str], env: dict, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tether.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 def assert_same(stored: dict, expected: dict, tracker: str, rel: float = 1e-6) -> None:
@@ -86,8 +86,11 @@ def check_every_tracker(run: Path, trackio_dir: Path, name: str) -> dict:
 def test_sft_metrics_reach_every_tracker(tiny_task, tmp_path):
     out = tmp_path / "sft-run"
     env = tracker_env(tmp_path)
-    proc = tether(["sft", *sft_overrides(tiny_task["dir"], out, ALL, "max_steps=6")], env)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = tether(["sft", *sft_overrides(tiny_task["dir"], out, ALL, "max_steps=6")], env, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not list(cwd.iterdir()), list(cwd.iterdir())
     json.loads(proc.stdout)  # the trackers print nothing on stdout: the result stays parseable
     got = check_every_tracker(out, tmp_path / "trackio", "sft-run")
     assert got["wandb_config"]["optim"]["lr"] == 0.001 and got["wandb_config"]["stage"] == "sft"
@@ -100,9 +103,12 @@ def test_ppo_metrics_and_samples_reach_every_tracker(trained, tmp_path):
     # A KL floor of 100 nats from iteration 1 on: the kl_barely_moved rule fires, so alarms reach the tables too.
     alarm = ("health.warmup_iters=0", "health.kl_low=100", "health.kl_low_after=0", "health.kl_healthy_high=100",
              "health.kl_drift=200", "health.kl_catastrophic=300")
+    cwd = tmp_path / "cwd"  # every tracker writes under RUN, TRACKIO_DIR or its W&B dirs, never here
+    cwd.mkdir()
     proc = tether(ppo_args(trained, out, ALL, "ppo.iterations=2", "run.name=my-ppo", "run.project=tether", *alarm),
-                  tracker_env(tmp_path))
+                  tracker_env(tmp_path), cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not list(cwd.iterdir()), list(cwd.iterdir())
     got = check_every_tracker(out, tmp_path / "trackio", "my-ppo")
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     first = [s for s in samples if s["iteration"] == 1]
@@ -115,6 +121,7 @@ def test_ppo_metrics_and_samples_reach_every_tracker(trained, tmp_path):
     assert got["wandb_tables"][(1, "samples")] == first
     # MLflow: a JSON artifact per logged iteration, with the rows as written to samples.jsonl.
     client, info = got["mlflow"]
+    assert (out / "mlartifacts").is_dir()  # MLflow's artifacts stay in the run directory
     path = client.download_artifacts(info.info.run_id, "samples/step_1.json", str(tmp_path))
     table = json.loads(Path(path).read_text())
     assert_same_rows([dict(zip(table["columns"], row)) for row in table["data"]], first)  # 10 significant digits

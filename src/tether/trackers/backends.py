@@ -88,16 +88,21 @@ _MLFLOW_KEY = re.compile(r"[^A-Za-z0-9_\-./ ]")
 
 class MLflowTracker:
     """An MLflow run in experiment ``run.project``, through ``MlflowClient`` (no global active run):
-    the tracking server or store of ``MLFLOW_TRACKING_URI`` when set, else a SQLite store ``RUN/mlflow.db``.
+    the tracking server or store of ``MLFLOW_TRACKING_URI`` when set, else a SQLite store ``RUN/mlflow.db``
+    with its artifacts in ``RUN/mlartifacts``.
     The flattened config becomes the run's params; tables are JSON artifacts (``samples/step_N.json``)."""
 
     def __init__(self, out: Path, project: str, name: str, stage: str, config: dict, resume_id=None):
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        # MLflow 3's default local store: a SQLite database (sqlalchemy, alembic) beside the run. Its
-        # file store (maintenance mode) cannot hold both `timing/update` and `timing/update/x`.
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(out / 'mlflow.db').resolve()}"
+        # MLflow 3's default local store: a SQLite database (sqlalchemy, alembic) beside the run, its
+        # artifacts (tables) in RUN/mlartifacts, not MLflow's default ./mlruns of the working directory.
+        # Its file store (maintenance mode) cannot hold both `timing/update` and `timing/update/x`.
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        artifacts = None
+        if not uri:
+            uri, artifacts = f"sqlite:///{(out / 'mlflow.db').resolve()}", (out / "mlartifacts").resolve().as_uri()
         self.client = MlflowClient(tracking_uri=uri)
         self.tracking_uri = uri
         if resume_id is not None:
@@ -105,7 +110,8 @@ class MLflowTracker:
             self.client.update_run(resume_id, status="RUNNING")
             return
         experiment = self.client.get_experiment_by_name(project)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(project)
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(
+            project, artifact_location=artifacts)
         run = self.client.create_run(experiment_id, run_name=name, tags={"tether.stage": stage})
         self.run_id = run.info.run_id
         params = [Param(_MLFLOW_KEY.sub("_", k)[:250], str(v)[:6000]) for k, v in flat_dict(config).items()]

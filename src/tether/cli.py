@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from tether.commands import COMMANDS
@@ -32,15 +33,38 @@ def quiet_libraries(verbose: bool) -> None:
         hf_logging.set_verbosity_error()
 
 
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; ``launch`` passes everything after it through (torchrun's options first,
+    which argparse would otherwise take for tether's own)."""
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    head = [a for a in argv[: argv.index("launch")]] if "launch" in argv else None
+    if head is not None and all(a in ("-v", "--verbose") for a in head):
+        rest = argv[len(head) + 1:]
+        if rest and rest[0] in ("-h", "--help"):
+            parser.parse_args([*head, "launch", "--help"])
+        return argparse.Namespace(command="launch", verbose=bool(head), argv=rest)
+    return parser.parse_args(argv)
+
+
+def _reports_errors() -> bool:
+    """Under torchrun every rank meets the same bad input: one process per machine (local rank 0)
+    says so, not each rank."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     quiet_libraries(args.verbose)
     try:
         return importlib.import_module(f"tether.commands.{args.command}").run(args)
     except TetherError as err:
-        print(f"tether {args.command}: error: {err}", file=sys.stderr)
+        if _reports_errors():
+            rank = os.environ.get("RANK", "0")
+            where = f" (rank {rank})" if rank != "0" else ""
+            print(f"tether {args.command}{where}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"tether {args.command}: interrupted", file=sys.stderr)

@@ -22,3 +22,16 @@ class ModelError(TetherError):
 
 class TrainingError(TetherError):
     """Training hit a broken invariant (non-finite loss, ratio far from 1, ...)."""
+
+
+def one_line(text, limit: int = 400) -> str:
+    """A library's message as one line of at most about ``limit`` characters, for a one-paragraph
+    error: whitespace collapsed, and a cut made at a word boundary and marked with "...", so no
+    word (a path, a key, a number) is shown half."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    if " " in cut and not text[limit].isspace():
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:") + " ..."

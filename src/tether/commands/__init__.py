@@ -4,4 +4,4 @@
 imports (torch, transformers, fastapi) load only when it runs.
 """
 
-COMMANDS = ["demo", "sft", "rm", "dpo", "ppo", "grpo", "rloo", "reinforce_pp", "eval", "compare", "pairs", "label", "iterate", "sweep", "report", "serve", "bench"]
+COMMANDS = ["demo", "sft", "rm", "dpo", "ppo", "grpo", "rloo", "reinforce_pp", "eval", "compare", "pairs", "label", "iterate", "sweep", "report", "serve", "bench", "launch"]

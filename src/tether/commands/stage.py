@@ -86,7 +86,7 @@ def _resume_config(args):
     return from_dict(cls, data)
 
 
-def _finished(args) -> bool:
+def already_complete(args) -> bool:
     """``--resume DIR`` of a run that already finished: say so (nothing to do)."""
     from pathlib import Path
 
@@ -118,21 +118,28 @@ def _check_algorithm(args) -> None:
                               f"its command; run `tether {name}` (or drop the key).")
 
 
+def resolve_config(args):
+    """The stage's config from its command line: the saved one of ``--resume DIR``, or the preset
+    with the overrides (an RL command's own algorithm included)."""
+    from tether.config import load_config
+
+    if args.resume:
+        return _resume_config(args)
+    overrides = args.overrides
+    if args.command in RL_COMMANDS:  # the command names the algorithm (a preset's own must agree)
+        overrides = [*overrides, f"algorithm={args.command}"]
+        _check_algorithm(args)
+    return load_config(_config_class(args.command), args.config, overrides)
+
+
 def run_stage(args) -> int:
     import yaml
 
-    from tether.config import load_config, to_dict
+    from tether.config import to_dict
 
-    if args.resume:
-        cfg = _resume_config(args)
-        if not (args.print_config or args.dry_run) and _finished(args):
-            return 0
-    else:
-        overrides = args.overrides
-        if args.command in RL_COMMANDS:  # the command names the algorithm (a preset's own must agree)
-            overrides = [*overrides, f"algorithm={args.command}"]
-            _check_algorithm(args)
-        cfg = load_config(_config_class(args.command), args.config, overrides)
+    cfg = resolve_config(args)
+    if args.resume and not (args.print_config or args.dry_run) and already_complete(args):
+        return 0
     if args.print_config:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0

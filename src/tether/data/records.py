@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.errors import DataError
+from tether.errors import DataError, one_line
 
 __all__ = ["Record", "load_records"]
 
@@ -209,7 +209,7 @@ def _read_parquet(path: Path, src: str) -> list[Record]:
     except OSError:
         raise
     except Exception as e:  # pyarrow raises ArrowInvalid & co. on corrupt or non-parquet files
-        reason = " ".join(str(e).split())[:300]
+        reason = one_line(e, 300)
         raise DataError(
             f"{src}: cannot read as a parquet file ({type(e).__name__}: {reason}); expected a valid .parquet file"
         ) from None
@@ -250,8 +250,7 @@ def _load_hub(src: str, split: str, label: str | None = None) -> list[Record]:
         rows = [dict(r) for r in ds]
     except Exception as e:  # offline, unknown name, unknown split, gated repo, ...
         msg = " ".join(str(e).split()) or type(e).__name__
-        if len(msg) > 300:
-            msg = msg[:300] + "..."
+        msg = one_line(msg, 300)
         network = ("the hub cannot be reached from here (or HF_HUB_OFFLINE is set) and the local cache does not hold "
                    "it, so" if offline else "so")
         raise DataError(

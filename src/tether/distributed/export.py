@@ -3,6 +3,8 @@ what a run's final export (a LoRA model merged with peft, or a full model) is wr
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
@@ -17,7 +19,7 @@ def _set_buffer(module: torch.nn.Module, name: str, value: torch.Tensor) -> None
 def rebuild_plain(model: torch.nn.Module, state_dict: dict) -> torch.nn.Module:
     """A new ``model`` (a Hugging Face model, or a peft model over one) built on the meta device
     from its config, holding ``state_dict``'s weights and ``model``'s buffers, on the CPU."""
-    from tether.models.lora import is_peft, unwrap
+    from tether.models.lora import is_peft, quiet_peft, unwrap
 
     hf = unwrap(model)
     with torch.device("meta"):
@@ -25,7 +27,13 @@ def rebuild_plain(model: torch.nn.Module, state_dict: dict) -> torch.nn.Module:
         if is_peft(model):
             from peft import get_peft_model
 
-            plain = get_peft_model(plain, model.peft_config[model.active_adapter])
+            config = copy.deepcopy(model.peft_config[model.active_adapter])
+            base = config.base_model_name_or_path
+            with quiet_peft():
+                plain = get_peft_model(plain, config)
+            # peft records the new model's own name_or_path as the base, which is the path as the
+            # user gave it (relative, say): keep the absolute one the trained model recorded.
+            plain.peft_config[plain.active_adapter].base_model_name_or_path = base
     plain.load_state_dict({k: v.to("cpu") for k, v in state_dict.items()}, strict=True, assign=True)
     for name, buf in model.named_buffers():
         value = buf.to_local() if hasattr(buf, "to_local") else buf

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tether.errors import ModelError
+from tether.errors import ModelError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +89,7 @@ def hub_offline(timeout: float = 1.0) -> bool:
 
 def _wrap_load_error(name_or_path: str, what: str, err: Exception, key: str | None = None) -> ModelError:
     # Library messages span lines; the error stays one paragraph, of bounded length.
-    reason = " ".join(str(err).split()).rstrip(".")
-    if len(reason) > 400:
-        reason = reason[:400] + "..."
+    reason = one_line(err, 400).rstrip(".")
     local = "" if Path(name_or_path).expanduser().exists() else " (no local path of that name exists either)"
     offline = "" if Path(name_or_path).expanduser().exists() or not hub_offline() else (
         " The hub cannot be reached from here (or HF_HUB_OFFLINE is set), so only the local cache was searched.")

@@ -9,16 +9,27 @@ actor's base (:meth:`peft.PeftModel.disable_adapter`). A run's final model is sa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
 
-from tether.errors import ConfigError, ModelError
+from tether.errors import ConfigError, ModelError, one_line
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_DIR = "adapter"  # where a run's final adapter goes, inside the merged model's directory
+
+
+@contextlib.contextmanager
+def quiet_peft():
+    """peft reads transformers' deprecated ``is_gradient_checkpointing`` alias when it wraps or
+    loads a model: a warning between the two libraries that a user of tether can do nothing about."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def is_peft(model) -> bool:
@@ -61,11 +72,12 @@ def wrap_lora(model, lora, scalar: bool, key: str = "lora"):
         return load_adapter(model, lora.adapter, trainable=True, key=f"{key}.adapter")
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                         target_modules=_targets(lora.target_modules), modules_to_save=list(lora.modules_to_save) or None,
-                        task_type="SEQ_CLS" if scalar else "CAUSAL_LM")
+                        task_type="SEQ_CLS" if scalar else "CAUSAL_LM", fan_in_fan_out=uses_conv1d(model))
     try:
-        wrapped = get_peft_model(model, config)
+        with quiet_peft():
+            wrapped = get_peft_model(model, config)
     except Exception as err:  # noqa: BLE001 - peft's errors become one paragraph naming the key
-        reason = " ".join(str(err).split())[:300]
+        reason = one_line(err, 300)
         if type(err).__name__ == "NoMatchingPeftModuleError" or "not found in the base model" in reason:
             raise ConfigError(
                 f"Config key '{key}.target_modules' = {list(lora.target_modules)}: no layer of "
@@ -77,6 +89,15 @@ def wrap_lora(model, lora, scalar: bool, key: str = "lora"):
     _record_base(wrapped)
     assert isinstance(wrapped, PeftModel)
     return wrapped
+
+
+def uses_conv1d(model) -> bool:
+    """GPT-2-style models keep their linear layers as transformers' ``Conv1D`` (weights stored
+    transposed, fan_in x fan_out): peft's LoRA must be told so (``fan_in_fan_out``), or it
+    corrects the setting itself with a warning on every run."""
+    from transformers.pytorch_utils import Conv1D
+
+    return any(isinstance(m, Conv1D) for m in model.modules())
 
 
 def _targets(names: list[str]):
@@ -106,9 +127,10 @@ def load_adapter(model, path: str, trainable: bool, key: str = "lora.adapter"):
                "directory." if full else "; expected the adapter/ directory a LoRA run writes.")
         )
     try:
-        wrapped = PeftModel.from_pretrained(model, str(where), is_trainable=trainable)
+        with quiet_peft():
+            wrapped = PeftModel.from_pretrained(model, str(where), is_trainable=trainable)
     except Exception as err:  # noqa: BLE001
-        reason = " ".join(str(err).split())[:300]
+        reason = one_line(err, 300)
         raise ModelError(f"Could not load the LoRA adapter '{path}' ({key}) onto {type(model).__name__}: "
                          f"{type(err).__name__}: {reason}") from None
     _record_base(wrapped)
@@ -135,12 +157,28 @@ def merged_names(named):
         yield name, tensor
 
 
+def embeddings_train(model) -> bool:
+    """Whether any weight of the input or output embeddings trains (a ``modules_to_save`` copy,
+    LoRA on an embedding): then the adapter must carry them."""
+    hf = unwrap(model)
+    layers = [hf.get_input_embeddings(), getattr(hf, "get_output_embeddings", lambda: None)()]
+    return any(p.requires_grad for layer in layers if layer is not None for p in layer.parameters())
+
+
 def save_merged(model, directory) -> None:
-    """A final model: the adapter into ``directory/adapter`` (loads with ``PeftModel.from_pretrained``),
-    then base + adapter merged into ``directory`` (a plain Hugging Face checkpoint). Merging
-    replaces the adapters in ``model`` for good: call it last."""
+    """A final model: the adapter into ``directory/adapter`` (loads with ``PeftModel.from_pretrained``
+    on the base it records), then base + adapter merged into ``directory`` (a plain Hugging Face
+    checkpoint). Merging replaces the adapters in ``model`` for good: call it last.
+
+    When tether added a pad token to a tokenizer that had none, the loaded base's embeddings grew
+    by that row. peft would then save the whole resized embedding matrices into the adapter, which
+    no longer fits the recorded base (a size mismatch on load). The embeddings are frozen under
+    LoRA, so the adapter is saved without them: it applies to the base as published, with the
+    base's own tokenizer (the pad row is tether's batching aid, never a trained weight).
+    """
     directory = Path(directory)
-    model.save_pretrained(directory / ADAPTER_DIR)
+    embeddings = "auto" if embeddings_train(model) else False
+    model.save_pretrained(directory / ADAPTER_DIR, save_embedding_layers=embeddings)
     model.merge_and_unload().save_pretrained(directory)
 
 

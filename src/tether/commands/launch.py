@@ -1,0 +1,85 @@
+"""`tether launch [torchrun options] STAGE ARGS...`: a data-parallel run, started as torchrun
+starts it, that checks its input once and fails as any tether command does.
+
+``torchrun ... -m tether.cli STAGE`` works too, but every rank checks the same config and data,
+and a refused input ends in torchrun's own failure report (a Python traceback and one block per
+rank). ``tether launch`` resolves the config and runs the stage's dry-run checks (config, run
+directory, tokenizer, models' configs, data; no weights) in this one process first: bad input is
+one paragraph and exit 2 before any rank starts. Then torchrun's own launcher
+(``torch.distributed.run``) starts the ranks with the same arguments; a rank that fails with
+tether's error has already printed it, so this process only adds which rank ended how for other
+exits, and returns the first failed rank's exit code, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from tether.commands.stage import HELP
+from tether.errors import ConfigError
+
+DESCRIPTION = ("Start a data-parallel stage on several processes (torchrun's launcher), checking the config and "
+               "data once first. Example: tether launch --standalone --nproc-per-node 2 sft --config "
+               "configs/demo/sft.yaml run.threads=1")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("launch", help="Run a stage on several processes (torchrun), input checked once.",
+                       description=DESCRIPTION)
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="[TORCHRUN OPTIONS] STAGE ARGS",
+                   help=f"torchrun's options (--nproc-per-node, --nnodes, --standalone, --rdzv-endpoint, ...), then "
+                        f"the stage ({', '.join(HELP)}) and its arguments.")
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(torchrun's options, the stage's command line): the stage starts at the first stage name."""
+    for i, token in enumerate(argv):
+        if token in HELP:
+            return argv[:i], argv[i:]
+    raise ConfigError(f"tether launch needs a stage after torchrun's options: one of {', '.join(HELP)} (got "
+                      f"{' '.join(argv) or 'nothing'}). Example: tether launch --nproc-per-node 2 sft --config "
+                      "configs/demo/sft.yaml")
+
+
+def check_once(stage_argv: list[str]) -> bool:
+    """The stage's config and dry-run checks, in this process; False when there is nothing to run
+    (a --resume of a finished run, --print-config, --dry-run: done here, once)."""
+    from tether.cli import build_parser
+    from tether.commands.stage import already_complete, resolve_config, run_stage
+    from tether.plan import dry_run
+
+    args = build_parser().parse_args(stage_argv)
+    if args.print_config or args.dry_run:
+        run_stage(args)
+        return False
+    cfg = resolve_config(args)
+    if args.resume and already_complete(args):
+        return False
+    dry_run(args.command, cfg, resume=bool(args.resume))
+    return True
+
+
+def run(args) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run as torchrun
+
+    torch_argv, stage_argv = split_argv(list(args.argv))
+    launch_args = parse_args([*torch_argv, "-m", "tether.cli", *stage_argv])
+    if not check_once(stage_argv):
+        return 0
+    # torchrun logs every failed rank with its own line; tether reports the failure once, below.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    try:
+        torchrun(launch_args)
+    except ChildFailedError as err:
+        rank, failure = err.get_first_failure()
+        code = failure.exitcode
+        if code != 2:  # 2: the rank printed tether's own one-paragraph error
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            print(f"tether launch: rank {rank} (pid {failure.pid} on {failure.hostname}) {how}; the other ranks were "
+                  "stopped. A run with a complete checkpoint continues with the same command and --resume RUN_DIR.",
+                  file=sys.stderr)
+        return code if 0 < code < 256 else 1
+    return 0

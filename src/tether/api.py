@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,31 @@ from typing import Any, Union
 
 from tether.errors import ConfigError
 
-ConfigLike = Union[Mapping, str, Path, Any]
+ConfigLike = Union[Mapping, str, os.PathLike, Any]
 Overrides = Union[Mapping[str, Any], Sequence[str], None]
+
+
+def check_arguments(caller: str, overrides: Overrides = None, resume: bool = False, on_iteration=None) -> None:
+    """The arguments of ``tether.CALLER()`` other than the config, by type, before anything runs: a
+    :class:`ConfigError` naming the argument (a wrong type would otherwise surface as a TypeError
+    from deep inside, or be taken for something else: ``resume="no"`` is true)."""
+    def refuse(name: str, value, expected: str):
+        raise ConfigError(f"tether.{caller}(): argument '{name}' = {value!r}: expected {expected}.")
+
+    if overrides is not None and not isinstance(overrides, (Mapping, str)):
+        if not isinstance(overrides, Sequence) or isinstance(overrides, (bytes, bytearray)):
+            refuse("overrides", overrides, "a dict of dotted keys, a list of 'key=value' strings, or None")
+        for item in overrides:
+            if not isinstance(item, str):
+                refuse("overrides", overrides, f"'key=value' strings in the list, but it holds {item!r}")
+    if isinstance(overrides, Mapping):
+        for key in overrides:
+            if not isinstance(key, str):
+                refuse("overrides", overrides, f"dotted keys as strings, but it holds the key {key!r}")
+    if not isinstance(resume, bool):
+        refuse("resume", resume, "True or False")
+    if on_iteration is not None and not callable(on_iteration):
+        refuse("on_iteration", on_iteration, "a function on_iteration(iteration, stats, trainer), or None")
 
 
 @dataclass
@@ -47,17 +71,21 @@ class RunResult:
         return self.metrics[name]
 
 
-def resolve_config(cls: type, config: ConfigLike, overrides: Overrides = None, forced: Mapping | None = None):
+def resolve_config(cls: type, config: ConfigLike, overrides: Overrides = None, forced: Mapping | None = None,
+                   caller: str | None = None):
     """A validated ``cls`` from a config object, a dict or a YAML path, with ``overrides`` (then
-    ``forced``, dotted keys) on top."""
+    ``forced``, dotted keys) on top; ``caller`` (e.g. "sft") names the function in errors."""
     from tether.config import from_dict, to_dict
     from tether.config.base import merge_override, parse_override, read_yaml
 
+    where = f"tether.{caller}(): argument 'config'" if caller else "The config"
+    check_arguments(caller or "resolve_config", overrides)
     if isinstance(config, cls):
         data = to_dict(config)
     elif dataclasses.is_dataclass(config) and not isinstance(config, type):
-        raise ConfigError(f"Expected a {cls.__name__} (or a dict or a YAML path), got a {type(config).__name__}.")
-    elif isinstance(config, (str, Path)):
+        raise ConfigError(f"{where} is a {type(config).__name__}: expected a {cls.__name__} (or a dict or a YAML "
+                          "path).")
+    elif isinstance(config, (str, os.PathLike)):
         data = read_yaml(config)
     elif isinstance(config, Mapping):
         data = {}
@@ -70,7 +98,7 @@ def resolve_config(cls: type, config: ConfigLike, overrides: Overrides = None, f
     elif config is None:
         data = {}
     else:
-        raise ConfigError(f"Expected a {cls.__name__}, a dict or a YAML path as the config, got {config!r}.")
+        raise ConfigError(f"{where} = {config!r}: expected a {cls.__name__}, a dict or a YAML path.")
     if isinstance(overrides, Mapping):
         for key, value in overrides.items():
             merge_override(data, str(key).split("."), value)
@@ -112,11 +140,12 @@ def _rl(algorithm: str):
         from tether.config import PPOConfig
         from tether.loops.ppo import run_ppo
 
+        check_arguments(algorithm, overrides, resume, on_iteration)
         for given in given_algorithms(config, overrides):  # the function names the algorithm, as the command does
             if given != algorithm:
                 raise ConfigError(f"Config key 'algorithm' = {given!r} given to tether.{algorithm}(): "
                                   f"call tether.{given}() (or drop the key).")
-        cfg = resolve_config(PPOConfig, config, overrides, forced={"algorithm": algorithm})
+        cfg = resolve_config(PPOConfig, config, overrides, forced={"algorithm": algorithm}, caller=algorithm)
         with _quiet_transformers():
             result = run_ppo(cfg, on_iteration=on_iteration, resume=resume)
         history = result["history"]
@@ -145,7 +174,7 @@ def given_algorithms(config, overrides) -> list[str]:
                       if isinstance(t, str) and t.split("=", 1)[0].strip() == "algorithm"]
     if dataclasses.is_dataclass(config) and config.algorithm != "ppo":  # a config object's default is no choice
         given.append(config.algorithm)
-    if isinstance(config, (str, Path)):
+    if isinstance(config, (str, os.PathLike)):
         from tether.config.base import read_yaml
 
         data = read_yaml(config)
@@ -160,7 +189,8 @@ def sft(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool 
     from tether.config import SFTConfig
     from tether.loops.sft import run_sft
 
-    cfg = resolve_config(SFTConfig, config, overrides)
+    check_arguments("sft", overrides, resume)
+    cfg = resolve_config(SFTConfig, config, overrides, caller="sft")
     with _quiet_transformers():
         return RunResult("sft", Path(cfg.run.out), _numbers(run_sft(cfg, resume=resume)), cfg)
 
@@ -171,7 +201,8 @@ def reward_model(config: ConfigLike = None, overrides: Overrides = None, *, resu
     from tether.config import RewardModelConfig
     from tether.loops.reward_model import run_reward_model
 
-    cfg = resolve_config(RewardModelConfig, config, overrides)
+    check_arguments("reward_model", overrides, resume)
+    cfg = resolve_config(RewardModelConfig, config, overrides, caller="reward_model")
     with _quiet_transformers():
         return RunResult("rm", Path(cfg.run.out), _numbers(run_reward_model(cfg, resume=resume)), cfg)
 
@@ -182,7 +213,8 @@ def dpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool 
     from tether.config import DPOConfig
     from tether.loops.dpo import run_dpo
 
-    cfg = resolve_config(DPOConfig, config, overrides)
+    check_arguments("dpo", overrides, resume)
+    cfg = resolve_config(DPOConfig, config, overrides, caller="dpo")
     with _quiet_transformers():
         return RunResult("dpo", Path(cfg.run.out), _numbers(run_dpo(cfg, resume=resume)), cfg)
 
@@ -194,11 +226,13 @@ def dry_run(stage: str, config: ConfigLike = None, overrides: Overrides = None, 
     from tether.commands.stage import RL_COMMANDS, _config_class
     from tether.plan import dry_run as plan
 
-    if stage not in ("sft", "rm", "dpo", *RL_COMMANDS):
+    check_arguments("dry_run", overrides, resume)
+    if not isinstance(stage, str) or stage not in ("sft", "rm", "dpo", *RL_COMMANDS):
         raise ConfigError(f"tether.dry_run: unknown stage {stage!r}; expected sft, rm, dpo or one of {list(RL_COMMANDS)}.")
     forced = {"algorithm": stage} if stage in RL_COMMANDS else None
     with _quiet_transformers():
-        return plan(stage, resolve_config(_config_class(stage), config, overrides, forced), resume=resume)
+        return plan(stage, resolve_config(_config_class(stage), config, overrides, forced, caller="dry_run"),
+                    resume=resume)
 
 
 ppo = _rl("ppo")

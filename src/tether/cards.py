@@ -18,9 +18,9 @@ STAGE_KEYS = {
     "sft": SUPERVISED_KEYS,
     "rm": (*SUPERVISED_KEYS, "normalize"),
     "dpo": (*SUPERVISED_KEYS, "dpo.beta", "dpo.loss", "dpo.label_smoothing"),
-    "rl": ("algorithm", "ppo.iterations", "rollout.batch_size", "group.size", "rollout.max_new_tokens",
-           "rollout.temperature", "kl.coef", "kl.controller", "kl.estimator", "kl.placement", "ppo.epochs",
-           "ppo.minibatch_size", "ppo.clip", "ppo.actor_lr", "reward.models"),
+    "rl": ("algorithm", "ppo.iterations", "rollout.batch_size", "group.size", "rollout.max_prompt_length",
+           "rollout.max_new_tokens", "rollout.temperature", "kl.coef", "kl.controller", "kl.estimator",
+           "kl.placement", "ppo.epochs", "ppo.minibatch_size", "ppo.clip", "ppo.actor_lr", "reward.models"),
 }
 RL_STAGES = ("ppo", "grpo", "rloo", "reinforce_pp")
 DESCRIPTIONS = {
@@ -71,6 +71,12 @@ def _hub_datasets(cfg) -> list[str]:
     return out
 
 
+def capped_values(limits: dict | None) -> dict[str, str]:
+    """Key -> "TOKENS (capped from KEY=VALUE: why)" for each limit of ``limits`` (key ->
+    LengthLimit) that the models' context capped below its configured value."""
+    return {key: f"{limit.tokens} ({limit.capped_by})" for key, limit in (limits or {}).items() if limit.capped_by}
+
+
 def _value(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
@@ -90,11 +96,14 @@ def _final_metrics(metrics: dict) -> dict[str, float]:
     return keep
 
 
-def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "policy") -> str:
+def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "policy",
+               limits: dict | None = None) -> str:
     """The ``README.md`` text for the model a stage saves in ``out``.
 
     ``stage``: sft, rm, dpo or an RL algorithm; ``role``: policy (a causal LM), reward (the
-    reward model) or critic (PPO's value model, saved in ``RUN/critic``).
+    reward model) or critic (PPO's value model, saved in ``RUN/critic``). ``limits``: config key ->
+    the :class:`~tether.loops.common.LengthLimit` the run used, shown instead of the configured
+    value where the models' context capped it (the card says what ran).
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -105,6 +114,7 @@ def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "pol
     settings = flat_dict(to_dict(cfg))
     if stage in RL_STAGES:
         settings["group.size"] = cfg.samples_per_prompt  # null resolves per algorithm: show what ran
+    ran = capped_values(limits)
     source = cfg.model.name_or_path
     scalar = role in ("reward", "critic")
     lora = bool(settings.get("lora.r")) or bool(settings.get("lora.adapter"))
@@ -116,7 +126,7 @@ def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "pol
     keys = [*STAGE_KEYS["rl" if stage in RL_STAGES else stage], *COMMON_KEYS]
     if not lora:
         keys = [k for k in keys if not k.startswith("lora.")]
-    rows = [f"| `{k}` | {_value(settings[k])} |" for k in keys if k in settings]
+    rows = [f"| `{k}` | {ran.get(k) or _value(settings[k])} |" for k in keys if k in settings]
     final = _final_metrics(metrics)
     what = "PPO's critic (value model), trained beside the policy" if role == "critic" else DESCRIPTIONS[stage]
     path = str(out)

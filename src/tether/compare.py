@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -43,15 +42,14 @@ def method_args(method: str, demo: Path, out: Path, seed: int, extra: list[str])
 
 
 def run_method(argv: list[str], log_path: Path) -> dict:
-    """Run one tether command in a child process; its wall time, peak RSS and exit code."""
+    """Run one tether command in a child process; its wall time, its own peak RSS and exit code."""
+    from tether.metrics.memory import run_module
+
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tether.cli", *argv], stdout=log, stderr=subprocess.STDOUT,
-                                env=env)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own resource usage (ru_maxrss in KiB)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"time_s": time.perf_counter() - t0, "peak_rss_mb": usage.ru_maxrss / 1024, "exit_code": proc.returncode}
+        code, peak = run_module("tether.cli", argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return {"time_s": time.perf_counter() - t0, "peak_rss_mb": peak, "exit_code": code}
 
 
 def rl_trajectory(run_dir: Path) -> list[dict]:

@@ -21,6 +21,7 @@ import yaml
 
 from tether.config import from_dict, rebase_paths, to_dict
 from tether.errors import ConfigError
+from tether.outputs import check_output_dir
 
 MANIFEST = "tether_checkpoint.json"
 WORKDIR = "workdir"  # config.yaml's record of the directory the run was started from
@@ -93,12 +94,15 @@ def busy_cores(interval: float = 0.25) -> float | None:
     return (total - idle) / total * second[2]
 
 
-def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, resume: bool = False) -> Path:
+def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, resume: bool = False,
+                    limits: dict | None = None) -> Path:
     """Create ``out`` and save the resolved config as ``out/config.yaml``.
 
     A directory holding a different run (another stage or config) is refused unless
     ``overwrite``: a user must never silently mix two runs' metrics and checkpoints.
     Without ``resume`` the run starts fresh: old metrics and checkpoints are removed.
+    ``limits`` (config key -> LengthLimit): the lengths the run uses; those the models' context
+    capped are noted at the top of config.yaml (:func:`capped_header`).
     """
     from tether.runtime import is_main
 
@@ -119,12 +123,29 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
         shutil.rmtree(out / "tensorboard", ignore_errors=True)  # a fresh run's curves alone
     tmp = out / "config.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+    tmp.write_text(capped_header(limits) + yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
     os.replace(tmp, existing)
     from tether.trackers import open_for_run
 
     open_for_run(out, cfg, stage, resume)  # run.report_to's trackers, closed by guarded_run
     return out
+
+
+def capped_header(limits: dict | None) -> str:
+    """YAML comment lines naming the limits the models' context capped, and what ran ("" if none).
+
+    The values below them stay as configured: config.yaml is what ``--resume`` reads (which caps
+    them again) and what a rerun is compared with, so a capped value there would make the same
+    command look like a different run.
+    """
+    from tether.cards import capped_values
+
+    capped = capped_values(limits)
+    if not capped:
+        return ""
+    lines = [f"#   {key}: {value}" for key, value in capped.items()]
+    return "\n".join(["# What ran differs from the configured values below where the models' context capped them:",
+                      *lines, ""])
 
 
 def _same_run(old: dict | None, new: dict, cls: type) -> bool:
@@ -157,6 +178,8 @@ def check_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, res
     existing = out / "config.yaml"
     if out.exists() and not out.is_dir():
         raise ConfigError(f"Output directory '{out}' is a file, not a directory. Choose another run.out.")
+    # Missing parents are created (runs/ on a first run); a file above or no write access is refused now.
+    check_output_dir(out, "run.out", what=f"Config key 'run.out' = '{out}'")
     if existing.exists():
         try:
             old = yaml.safe_load(existing.read_text(encoding="utf-8")) or {}

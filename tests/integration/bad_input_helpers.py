@@ -47,15 +47,21 @@ def cli(capsys, argv: list[str]) -> tuple[int, str]:
     return code, err
 
 
+def _no_holdout(extra) -> list[str]:
+    """No rows held out of data.train, unless ``extra`` gives data.eval (then data.eval_size would
+    do nothing, which is refused)."""
+    return [] if any(e.startswith("data.eval=") for e in extra) else ["data.eval_size=0"]
+
+
 def sft_args(task: Path, out: Path, train: Path, *extra: str) -> list[str]:
     return ["sft", f"run.out={out}", "run.progress=false", "run.threads=1", "run.log_every=1",
-            f"model.name_or_path={task / 'base_model'}", f"data.train={train}", "data.eval_size=0",
+            f"model.name_or_path={task / 'base_model'}", f"data.train={train}", *_no_holdout(extra),
             "data.max_length=32", "optim.batch_size=4", "max_steps=2", *extra]
 
 
 def rm_args(task: Path, out: Path, train: Path, *extra: str) -> list[str]:
     return ["rm", f"run.out={out}", "run.progress=false", "run.threads=1", "run.log_every=1",
-            f"model.name_or_path={task / 'base_model'}", f"data.train={train}", "data.eval_size=0",
+            f"model.name_or_path={task / 'base_model'}", f"data.train={train}", *_no_holdout(extra),
             "data.max_length=32", "optim.batch_size=4", "max_steps=2", "normalize=false", *extra]
 
 

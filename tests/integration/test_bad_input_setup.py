@@ -210,3 +210,47 @@ def test_nonfinite_stop_then_skip(task, tmp_path, capsys):
     code, err = cli(capsys, sft_args(task, out, train, *blowup, "run.on_nonfinite=skip"))
     assert code == 0, err
     assert read_metrics(out / "metrics.jsonl")[-1]["optim/skipped_steps"] == 3
+
+
+# --------------------------------------------------------------------------- combinations of settings
+
+
+@pytest.mark.parametrize("command, setting, key", [
+    ("grpo", "critic.lora.r=4", "critic.lora.r"),  # was an AttributeError in roles/build.py
+    ("rloo", "critic.lora.alpha=8", "critic.lora.alpha"),
+    ("reinforce_pp", "critic.lr=1e-3", "critic.lr"),
+    ("grpo", "critic.init=policy", "critic.init"),
+    ("rloo", "ppo.vf_coef=0.5", "ppo.vf_coef"),
+    ("reinforce_pp", "ppo.lam=0.9", "ppo.lam"),
+])
+def test_critic_settings_with_a_critic_free_algorithm(command, setting, key, task, tmp_path, capsys):
+    """Every critic (and value-loss) setting under an algorithm without a critic would do nothing:
+    refused naming the key and why, before any model loads."""
+    prompts = write_jsonl(tmp_path / "prompts.jsonl", good_prompts())
+    out = tmp_path / "run"
+    args = [a for a in ppo_args(task, out, prompts, reward=f"reward.models=[{task / 'base_model'}]")[1:]
+            if a != "critic.init=policy"]
+    group = ["group.size=4", "ppo.minibatch_size=8"]  # a valid group for all three: only the setting is wrong
+    code, err = cli(capsys, [command, *args, *group, setting])
+    assert_clean_error(code, err, command, f"'{key}'", f"algorithm={command}", "trains no critic")
+    assert not out.exists()
+
+
+def test_nccl_on_a_cpu(task, tmp_path, capsys, monkeypatch):
+    """distributed.backend=nccl with a CPU run.device is a contradiction (refused with the config);
+    under torchrun on a machine without CUDA it is refused before the process group starts (it
+    was a _cuda_setDevice traceback)."""
+    import torch
+
+    train = write_jsonl(tmp_path / "train.jsonl", good_sft())
+    out = tmp_path / "run"
+    code, err = cli(capsys, sft_args(task, out, train, "distributed.backend=nccl", "run.device=cpu"))
+    assert_clean_error(code, err, "sft", "'distributed.backend' = 'nccl'", "run.device = 'cpu'", "gloo")
+    started = []
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)  # as torchrun starts rank 0
+    code, err = cli(capsys, sft_args(task, out, train, "distributed.backend=nccl"))
+    assert_clean_error(code, err, "sft", "'distributed.backend' = 'nccl'", "CUDA GPUs", "gloo")
+    assert not started and not out.exists()

@@ -47,3 +47,71 @@ def test_ipo_and_a_lora_policy(trained, tmp_path):
         first = [r for r in read_metrics(out / "metrics.jsonl") if "train/loss" in r][0]
         last = final_eval(out)
         assert last["eval/loss"] < first["train/loss"] + 1e-6, (name, first, last)
+
+
+def test_a_short_run_scores_only_the_rows_it_trains_on(trained, tmp_path, monkeypatch):
+    """2 steps of 8 pairs from 300: the reference forwards those 16 rows (and the held-out pairs),
+    not the whole file; no NaN (the rows it skipped) reaches a loss."""
+    import tether.loops.dpo as dpo
+    from tether.loops.common import batch_indices
+
+    forwarded, inside = [], []
+    reference_of, pair_logprobs = dpo.reference_of, dpo.pair_logprobs
+
+    def counting_reference_of(*args):
+        inside.append(True)
+        try:
+            return reference_of(*args)
+        finally:
+            inside.pop()
+
+    def counting_pair_logprobs(model, pairs, *args):
+        if inside:
+            forwarded.extend(pairs)
+        return pair_logprobs(model, pairs, *args)
+
+    monkeypatch.setattr(dpo, "reference_of", counting_reference_of)
+    monkeypatch.setattr(dpo, "pair_logprobs", counting_pair_logprobs)
+    task, out = trained["task"], tmp_path / "short"
+    evals = tmp_path / "eval.jsonl"
+    evals.write_text("".join((task / "prefs_eval.jsonl").read_text().splitlines(keepends=True)[:5]))
+    assert main(["dpo", *dpo_args(trained, out, "max_steps=2", "eval_every=2", "optim.batch_size=8",
+                                  f"data.eval={evals}", "run.log_every=1")]) == 0
+    trained_rows = {i for idx in batch_indices(300, 8, 2, 0) for i in idx.tolist()}
+    assert len(forwarded) == len(trained_rows) + 5 == 21  # was 300 + 5
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if "train/loss" in r]
+    assert len(rows) == 2 and all(r["train/loss"] == r["train/loss"] for r in rows)  # finite, not NaN
+
+
+def test_a_killed_dpo_run_resumes_bitwise(trained, tmp_path):
+    """SIGKILL at step 5 of 6 (checkpoints every 2 steps), then --resume: the reference log-probs
+    of the rows the run draws, computed again, are the uninterrupted run's, and so is the result."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    def run(*args, env=None):
+        return subprocess.run([sys.executable, "-m", "tether.cli", "dpo", *args], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, **(env or {})})
+
+    def args(out):
+        return dpo_args(trained, out, "max_steps=6", "eval_every=3", "optim.batch_size=8", "run.save_every=2",
+                        "run.log_every=1")
+
+    reference, out = tmp_path / "reference", tmp_path / "killed"
+    assert run(*args(reference)).returncode == 0
+    assert run(*args(out), env={"TETHER_FAULT": "step:5"}).returncode == -9
+    resumed = run("--resume", str(out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from step 4" in resumed.stderr
+
+    def comparable(run_dir):
+        return [{k: v for k, v in r.items() if k != "time" and not k.startswith(("timing/", "perf/"))}
+                for r in read_metrics(run_dir / "metrics.jsonl")]
+
+    assert comparable(out) == comparable(reference)
+    a, b = load_file(str(out / "model.safetensors")), load_file(str(reference / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-from bad_input_helpers import cli, good_prompts, ppo_args, rm_args, sft_args, write_jsonl
+from bad_input_helpers import cli, good_prefs, good_prompts, good_sft, ppo_args, rm_args, sft_args, write_jsonl
 from stage_helpers import rm_overrides, sft_overrides
 from test_bad_input_data import PREF_CASES, PROMPT_CASES, SFT_CASES
 from test_distributed import ppo_args as trained_ppo_args
@@ -85,7 +85,9 @@ def test_dpo_plan_and_a_resumable_run(trained, tmp_path, capsys):
            f"data.train={task / 'prefs_train.jsonl'}", f"data.eval={task / 'prefs_eval.jsonl'}", "data.max_length=64",
            "max_steps=3", "optim.batch_size=8", "run.save_every=2", "run.progress=false"]
     plan = plan_of(capsys, dpo, tmp_path)
-    assert "reference  log-probs computed once" in plan and "3 optimiser steps (max_steps = 3)" in plan
+    # 3 steps of 8 from 300 pairs (38 steps an epoch): the reference scores those 24 rows, not all 300.
+    assert "log-probs of the 24 of 300 training pairs the steps draw" in plan
+    assert "3 optimiser steps (max_steps = 3)" in plan
     assert main(dpo) == 0
     capsys.readouterr()
     plan = plan_of(capsys, ["dpo", "--resume", str(tmp_path / "dpo")], tmp_path)
@@ -151,6 +153,55 @@ def test_bad_models_and_settings_same_error(task, trained, two_output_rm, no_tem
     assert "run.device" in same_error(capsys, rm_args(task, out, bad, "run.device=cuda:3"), "rm")
 
 
+def dpo_args(task, out, train, *extra):
+    return ["dpo", *[a for a in rm_args(task, out, train, *extra)[1:] if a != "normalize=false"]]
+
+
+def test_model_and_lora_checks_same_error(task, foreign, tmp_path, capsys):
+    """What the run refuses when it loads and sets up its models, the dry run refuses too (it
+    passed all of these): each model goes through the run's loader on the meta device and the
+    trained ones through the run's LoRA set-up."""
+    out = tmp_path / "run"
+    sft_train = write_jsonl(tmp_path / "train.jsonl", good_sft())
+    prefs = write_jsonl(tmp_path / "prefs.jsonl", good_prefs())
+    prompts = write_jsonl(tmp_path / "prompts.jsonl", good_prompts())
+    lora = ("lora.r=4",)
+    cases = {
+        "sft": [
+            (sft_args(task, out, sft_train, *lora, "lora.target_modules=[nope]"), "called 'nope'"),
+            (sft_args(task, out, sft_train, *lora, "lora.target_modules=[q_proj,nope]"), "called 'nope'"),
+            (sft_args(task, out, sft_train, *lora, "lora.modules_to_save=[nope]"), "lora.modules_to_save"),
+            (sft_args(task, out, sft_train, *lora, "lora.target_modules=[input_layernorm]"), "peft cannot put"),
+            (sft_args(task, out, sft_train, f"lora.adapter={task / 'base_model'}"), "holds no LoRA adapter"),
+            (sft_args(task, out, sft_train, f"model.name_or_path={foreign['rm']}"), "scalar-head checkpoint"),
+            (sft_args(task, out, sft_train, f"model.name_or_path={foreign['lacking']}"), "lacks weights"),
+            (sft_args(task, out, sft_train, f"model.name_or_path={foreign['gpt2']}", *lora,
+                      "lora.target_modules=[q_proj]"), "c_attn"),
+        ],
+        "rm": [
+            (rm_args(task, out, prefs, *lora, "lora.target_modules=[nope]"), "called 'nope'"),
+            (rm_args(task, out, prefs, f"model.name_or_path={foreign['lacking']}"), "lacks weights"),
+        ],
+        "dpo": [
+            (dpo_args(task, out, prefs, f"reference={foreign['gpt2']}"), "different tokenizer"),
+            (dpo_args(task, out, prefs, f"reference={foreign['rm']}"), "scalar-head checkpoint"),
+            (dpo_args(task, out, prefs, *lora, "lora.modules_to_save=[nope]"), "lora.modules_to_save"),
+        ],
+        "ppo": [
+            ([*ppo_args(task, out, prompts), f"reference={foreign['gpt2']}"], "different tokenizer"),
+            ([*ppo_args(task, out, prompts), f"reference={foreign['lacking']}"], "lacks weights"),
+            ([*ppo_args(task, out, prompts), *lora, "lora.target_modules=[nope]"], "called 'nope'"),
+            ([*ppo_args(task, out, prompts), "critic.lora.r=4", "critic.lora.modules_to_save=[nope]"],
+             "critic.lora.modules_to_save"),
+            ([*ppo_args(task, out, prompts), f"critic.path={foreign['lacking']}"], "lacks weights"),
+        ],
+    }
+    for stage, stage_cases in cases.items():
+        for argv, needle in stage_cases:
+            assert needle in same_error(capsys, argv, stage), argv
+            assert not out.exists()
+
+
 def test_the_python_dry_run(trained, tmp_path):
     import tether
 
@@ -164,3 +215,21 @@ def test_the_python_dry_run(trained, tmp_path):
     assert "4 responses" in plan.render() and tree(tmp_path) == before
     with pytest.raises(tether.DataError, match="no-such.jsonl"):
         tether.dry_run("sft", {"model.name_or_path": str(trained["sft"]), "data.train": str(tmp_path / "no-such.jsonl")})
+
+
+def test_setup_checks_same_error(task, tmp_path, capsys, monkeypatch):
+    """The run's other set-up checks before work: a tracker server that does not answer, Ray not
+    installed for placement.backend=ray (the dry run passed both)."""
+    import importlib.util
+
+    out = tmp_path / "run"
+    train = write_jsonl(tmp_path / "train.jsonl", good_sft())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")  # nothing listens on port 1
+    if importlib.util.find_spec("mlflow") is not None:
+        assert "MLFLOW_TRACKING_URI" in same_error(capsys, sft_args(task, out, train, "run.report_to=[mlflow]"), "sft")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    monkeypatch.setitem(__import__("sys").modules, "ray", None)  # `import ray` fails as where it is not installed
+    prompts = write_jsonl(tmp_path / "prompts.jsonl", good_prompts())
+    assert "Ray is not installed" in same_error(capsys, [*ppo_args(task, out, prompts), "placement.backend=ray"], "ppo")
+    assert not out.exists()

@@ -198,8 +198,28 @@ def test_lora_bad_input_is_one_paragraph(task, foreign, tmp_path, capsys, lora_r
     adapter = lora_run["out"] / ADAPTER_DIR
     code, err = cli(capsys, sft_args(task, out, train, f"model.name_or_path={adapter}"))
     assert_clean_error(code, err, "sft", str(adapter), "LoRA adapter directory", "lora.adapter")
-    code, err = cli(capsys, sft_args(task, out, train, "lora.r=4", f"lora.adapter={task / 'base_model'}"))
+    code, err = cli(capsys, sft_args(task, out, train, f"lora.adapter={task / 'base_model'}"))
     assert_clean_error(code, err, "sft", "lora.adapter", "holds no LoRA adapter", "full model")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("settings, needles", [
+    # peft used these and dropped the name that matched nothing, without a word:
+    (["lora.r=4", "lora.target_modules=[q_proj,nope_proj]"], ["'lora.target_modules'", "called 'nope_proj'", "v_proj"]),
+    (["lora.r=4", "lora.modules_to_save=[nope]"], ["'lora.modules_to_save'", "called 'nope'", "embed_tokens"]),
+    (["lora.r=4", "lora.target_modules=[all-linear,q_proj]"], ["'all-linear' stands alone"]),
+    # ... and these do nothing at all:
+    (["lora.alpha=32"], ["'lora.alpha' = 32.0", "LoRA is off"]),
+    (["lora.target_modules=[q_proj]"], ["'lora.target_modules'", "LoRA is off"]),
+    (["lora.r=8", "lora.adapter=ADAPTER"], ["'lora.r' = 8", "lora.adapter, whose own"]),
+])
+def test_lora_names_and_settings_that_would_do_nothing(settings, needles, task, tmp_path, capsys, lora_run):
+    train = write_jsonl(tmp_path / "train.jsonl", good_sft())
+    out = tmp_path / "run"
+    settings = [s.replace("ADAPTER", str(lora_run["out"] / ADAPTER_DIR)) for s in settings]
+    for argv in (sft_args(task, out, train, *settings), [*sft_args(task, out, train, *settings), "--dry-run"]):
+        code, err = cli(capsys, argv)
+        assert_clean_error(code, err, "sft", *needles)
     assert not out.exists()
 
 

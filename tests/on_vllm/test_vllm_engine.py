@@ -211,9 +211,10 @@ def test_grpo_samples_its_groups_on_vllm(tiny_task, tmp_path):
     """A critic-free algorithm on the vLLM engine: groups of 4 responses per prompt, synced weights."""
     from tether.loops.ppo import run_ppo
 
-    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "algorithm=grpo", "group.size=4",
-                                                 "rollout.batch_size=2", "ppo.minibatch_size=8",
-                                                 "rollout.vllm.check_sync=true", "ppo.on_invariant=error"))
+    args = [a for a in overrides(tiny_task["dir"], tmp_path / "run", "algorithm=grpo", "group.size=4",
+                                 "rollout.batch_size=2", "ppo.minibatch_size=8", "rollout.vllm.check_sync=true",
+                                 "ppo.on_invariant=error") if a != "critic.init=policy"]  # GRPO trains no critic
+    cfg = load_config(PPOConfig, None, args)
     result = run_ppo(cfg)
     assert len(result["trainer"].last_experience) == 8
     assert all(row["rollout/sync_logprob_diff"] <= SYNC_ATOL for row in result["history"])

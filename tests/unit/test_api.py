@@ -27,7 +27,7 @@ def test_config_errors_are_the_commands():
         resolve_config(SFTConfig, {"model.name_or_path": "m", "data.train": "t", "optim.lrr": 1})
     with pytest.raises(tether.ConfigError, match=r"'optim.batch_size' = 0"):
         resolve_config(SFTConfig, {"model.name_or_path": "m", "data.train": "t"}, ["optim.batch_size=0"])
-    with pytest.raises(tether.ConfigError, match="Expected a SFTConfig"):
+    with pytest.raises(tether.ConfigError, match="is a PPOConfig: expected a SFTConfig"):
         resolve_config(SFTConfig, from_dict(PPOConfig, {"model": {"name_or_path": "m"}, "prompts": "p",
                                                         "reward": {"models": ["r"]}}))
     with pytest.raises(tether.ConfigError, match=r"tether.grpo\(\)"):
@@ -58,3 +58,44 @@ def test_importing_tether_stays_light():
     code = "import sys, tether; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+SFT_DICT = {"model.name_or_path": "m", "data.train": "t.jsonl"}
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: tether.dpo(SFT_DICT, 42), "tether.dpo(): argument 'overrides' = 42"),  # was a TypeError
+    (lambda: tether.sft(SFT_DICT, ["max_steps=2", 3]), "tether.sft(): argument 'overrides'"),
+    (lambda: tether.reward_model(SFT_DICT, {1: 2}), "tether.reward_model(): argument 'overrides'"),
+    (lambda: tether.sft(SFT_DICT, b"max_steps=2"), "tether.sft(): argument 'overrides'"),
+    (lambda: tether.sft(SFT_DICT, resume="no"), "tether.sft(): argument 'resume' = 'no'"),  # "no" is true
+    (lambda: tether.grpo({}, resume=1), "tether.grpo(): argument 'resume' = 1"),
+    (lambda: tether.ppo({}, on_iteration="print"), "tether.ppo(): argument 'on_iteration'"),
+    (lambda: tether.sft(42), "tether.sft(): argument 'config' = 42"),
+    (lambda: tether.rloo(3.5), "tether.rloo(): argument 'config' = 3.5"),
+    (lambda: tether.dry_run("sft", SFT_DICT, 7), "tether.dry_run(): argument 'overrides' = 7"),
+    (lambda: tether.dry_run(5), "unknown stage 5"),
+])
+def test_arguments_of_the_wrong_type_are_config_errors(call, needle):
+    with pytest.raises(tether.ConfigError) as info:
+        call()
+    assert needle in str(info.value)
+
+
+def test_path_objects_are_accepted_as_paths(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    seen = {}
+
+    def fake_run(cfg, resume=False):
+        seen["cfg"] = cfg
+        return {}
+
+    monkeypatch.setattr("tether.loops.sft.run_sft", fake_run)
+    preset = tmp_path / "sft.yaml"
+    preset.write_text("optim:\n  lr: 3.0e-4\n")
+    result = tether.sft(preset, {"model.name_or_path": tmp_path / "model", "data": {"train": Path("t.jsonl")},
+                                 "run.out": tmp_path / "out"})
+    cfg = seen["cfg"]
+    assert (cfg.optim.lr, cfg.model.name_or_path, cfg.data.train) == (3e-4, str(tmp_path / "model"), "t.jsonl")
+    assert result.out == tmp_path / "out"

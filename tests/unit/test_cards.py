@@ -60,3 +60,33 @@ def test_the_base_model_carries_down_a_chain_of_local_checkpoints(tmp_path):
     assert "| `objective/kl` | 1.5 |" in card.text and "gold_score" not in card.text  # NaN left out
     assert "| `reward.models` | `org/rm` |" in card.text
     assert "| `group.size` | 1 |" in card.text  # null resolved: one response per prompt under ppo
+
+
+def test_a_length_the_context_capped_shows_what_ran(tmp_path):
+    from tether.loops.common import fit_to_context
+    from tether.runs import capped_header
+
+    class Config:  # a model config with 256 positions
+        max_position_embeddings = 256
+
+    cfg = from_dict(SFTConfig, {"model": {"name_or_path": "gpt2"}, "data": {"train": "a/b", "max_length": 512}})
+    limits = {"data.max_length": fit_to_context(512, "data.max_length", {"gpt2": Config()})}
+    text = card_of(model_card(cfg, "sft", {}, tmp_path / "sft", limits=limits), tmp_path).text
+    assert "| `data.max_length` | 256 (capped from data.max_length=512: the context of the model 'gpt2' is 256 " \
+           "positions) |" in text
+    assert "| `data.max_length` | 512 |" not in text
+    assert capped_header(limits).startswith("# ") and "#   data.max_length: 256 (capped" in capped_header(limits)
+    uncapped = {"data.max_length": fit_to_context(128, "data.max_length", {"gpt2": Config()})}
+    assert "| `data.max_length` | 512 |" in model_card(cfg, "sft", {}, tmp_path / "sft", limits=uncapped)
+    assert capped_header(uncapped) == ""
+
+
+def test_an_rl_card_shows_the_prompt_limit_that_ran(tmp_path):
+    from tether.loops.common import LengthLimit
+
+    cfg = from_dict(PPOConfig, {"model": {"name_or_path": "org/m"}, "reward": {"models": ["org/rm"]},
+                                "prompts": "org/prompts", "rollout": {"max_prompt_length": 256}})
+    capped = {"rollout.max_prompt_length": LengthLimit(40, "capped from rollout.max_prompt_length=256: why")}
+    assert "| `rollout.max_prompt_length` | 256 |" in model_card(cfg, "ppo", {}, tmp_path / "ppo")
+    assert "| `rollout.max_prompt_length` | 40 (capped from rollout.max_prompt_length=256: why) |" in \
+        model_card(cfg, "ppo", {}, tmp_path / "ppo", limits=capped)

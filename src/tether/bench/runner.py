@@ -85,8 +85,10 @@ def versions() -> dict:
 
 
 def peak_rss_mb() -> float:
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
+    """This process's own peak RSS (not ru_maxrss, which a child inherits: tether.metrics.memory)."""
+    from tether.metrics.memory import own_peak_rss_mb
+
+    return own_peak_rss_mb()
 
 
 def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, response_length: int = 32,

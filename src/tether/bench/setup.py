@@ -29,6 +29,7 @@ SIZES: dict[str, ModelDims] = {
 }
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 MAX_POSITIONS = 1024
+PROMPT_WORDS = (16, 24)  # words per prompt (min, max); BOS is prepended
 
 
 def word_tokenizer(vocab_size: int):
@@ -103,7 +104,8 @@ def build_models(dims: ModelDims, tokenizer, seed: int = 0, reference: bool = Tr
     return {"policy": policy, "reference": reference, "critic": critic, "reward": reward}
 
 
-def prompt_set(tokenizer, n: int, min_words: int = 16, max_words: int = 24, seed: int = 0) -> PromptSet:
+def prompt_set(tokenizer, n: int, min_words: int = PROMPT_WORDS[0], max_words: int = PROMPT_WORDS[1],
+               seed: int = 0) -> PromptSet:
     """``n`` prompts of ``min_words``-``max_words`` random words each (BOS prepended on encoding)."""
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(len(SPECIALS), tokenizer.vocab_size)]

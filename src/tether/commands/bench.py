@@ -47,6 +47,7 @@ def run(args) -> int:
 
     from tether.distributed import DistributedSession
 
+    check_lengths(args)
     # Under torchrun every rank runs the bench's PPO iterations data parallel (gloo on the CPU);
     # rank 0 reports. It measures the distributed path's overhead, docs/distributed.md.
     with DistributedSession(device="cpu"):
@@ -72,3 +73,15 @@ def _run(args) -> dict:
                               iterations=args.iterations, seed=args.seed, measure_peak=not args.no_peak,
                               overrides=args.overrides, profile=args.profile)
     return report
+
+
+def check_lengths(args) -> None:
+    """--response-length fits the bench models' context beside the longest prompt (and BOS)."""
+    from tether.bench.setup import MAX_POSITIONS, PROMPT_WORDS
+    from tether.errors import ConfigError
+
+    room = MAX_POSITIONS - PROMPT_WORDS[1] - 1
+    if not 1 <= args.response_length <= room:
+        raise ConfigError(f"--response-length must be from 1 to {room} (the bench models' {MAX_POSITIONS}-position "
+                          f"context minus the longest prompt, {PROMPT_WORDS[1]} words and BOS), "
+                          f"got {args.response_length}.")

@@ -33,6 +33,7 @@ def run(args) -> int:
 
     from tether.commands.demo import parse_sets
     from tether.compare import METHODS, compare_demo
+    from tether.outputs import check_output_dir
     from tether.plots.compare import compare_table
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -44,6 +45,7 @@ def run(args) -> int:
     source = Path(args.source) if args.source else None
     if source is not None and not all((source / part).is_dir() for part in ("task", "sft", "rm")):
         raise ConfigError(f"--from '{args.source}': expected a `tether demo` directory holding task/, sft/ and rm/.")
+    check_output_dir(args.out, "--out")
     data = compare_demo(Path(args.out), source, methods, args.seed, parse_sets(args.sets, METHODS, "METHOD"), args.eval_repeats)
     print(compare_table(data))
     print(f"\nwritten: {args.out}/compare.json, compare.md, compare.png")

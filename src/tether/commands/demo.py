@@ -42,8 +42,10 @@ def parse_sets(sets: list[str], names=STAGE_NAMES, what: str = "STAGE") -> dict[
 
 def run(args) -> int:
     from tether.demo import format_summary, run_demo
+    from tether.outputs import check_output_dir
 
     overrides = parse_sets(args.sets)
+    check_output_dir(args.out, "--out")
     if args.iterations is not None:
         overrides.setdefault("ppo", []).append(f"ppo.iterations={args.iterations}")
     beside = None

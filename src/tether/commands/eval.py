@@ -9,7 +9,6 @@ responses side by side; optionally best-of-N of the reference policy. Same check
 from __future__ import annotations
 
 import math
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -102,21 +101,13 @@ def parse_best_of_n(text: str) -> tuple[int, ...]:
 
 def output_path(args) -> Path:
     """``--out`` (default POLICY/eval.json), checked to be writable before anything runs."""
-    out = Path(args.out) if args.out is not None else Path(args.policy) / "eval.json"
-    flag = f"--out '{_shown(args.out)}'" if args.out is not None else (
-        f"--out is not given and the default '{_shown(out)}' (in the --policy directory)")
-    hint = "choose another --out" if args.out is not None else "give --out FILE"
-    parent = out.parent
-    if out.is_dir():
-        raise _fail(f"{flag} is a directory; expected a file path such as '{_shown(out / 'eval.json')}'.")
-    if not parent.exists():
-        raise _fail(f"{flag} cannot be written: the directory '{_shown(parent)}' does not exist; "
-                    f"create it or {hint}.")
-    if not parent.is_dir():
-        raise _fail(f"{flag} cannot be written: '{_shown(parent)}' is a file, not a directory; {hint}.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise _fail(f"{flag} cannot be written: no permission to write in '{_shown(parent)}'; {hint}.")
-    return out
+    from tether.outputs import check_output_file
+
+    if args.out is not None:
+        return check_output_file(args.out, "--out", example="eval.json")
+    out = Path(args.policy) / "eval.json"
+    return check_output_file(out, "--out", what=f"--out is not given and the default '{_shown(out)}' (in the "
+                             "--policy directory)", hint="give --out FILE", example="eval.json")
 
 
 def _import_judge(spec: str):
@@ -173,34 +164,10 @@ def check_args(args) -> CheckedArgs:
 
 def smallest_context(args) -> tuple[int, str] | None:
     """The smallest context (positions) of the policy, reference and reward models, and whose it is."""
-    from tether.models import context_length
-    from tether.models.loading import load_model_config
+    from tether.eval.context import smallest_context as models_context
 
     roles = [("policy", "--policy", args.policy), ("reference", "--reference", args.reference)]
-    roles += [("reward model", "--reward-model", path) for path in args.reward_model]
-    best = None
-    for role, flag, path in roles:
-        limit = context_length(load_model_config(path, key=flag))
-        if limit is not None and (best is None or limit < best[0]):
-            best = (limit, f"the {role} '{_shown(path)}'")
-    return best
-
-
-def check_lengths(examples, ids: list[list[int]], max_new_tokens: int, context: tuple[int, str] | None) -> None:
-    """Every prompt + ``--max-new-tokens`` within the smallest context; names the file and row."""
-    if context is None:
-        return
-    limit, whose = context
-    for ex, prompt in zip(examples, ids):
-        n = len(prompt)
-        if n + max_new_tokens > limit:
-            fix = (f"lower --max-new-tokens to at most {limit - n}, or shorten the prompt" if n < limit
-                   else "the prompt alone fills the context; shorten or remove it")
-            raise _fail(
-                f"{ex.source}, row {ex.row}: the prompt is {n} tokens and --max-new-tokens is {max_new_tokens}: "
-                f"{n + max_new_tokens} tokens, past the {limit}-token context of {whose}; expected "
-                f"prompt + --max-new-tokens <= {limit} ({fix})."
-            )
+    return models_context(roles + [("reward model", "--reward-model", path) for path in args.reward_model])
 
 
 def evaluate(args, checked: CheckedArgs | None = None) -> dict:
@@ -208,6 +175,7 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
     from tether.errors import DataError, TetherError
     from tether.engines import EngineSettings
     from tether.eval.best_of_n import best_of_n
+    from tether.eval.context import check_lengths, check_new_tokens
     from tether.eval.policies import measured_policy, measured_reward
     from tether.eval.sampling import evaluate_policy
     from tether.eval.win_rate import policy_vs_sft
@@ -223,9 +191,7 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
     if not examples:
         raise DataError(f"{args.prompts}: no prompts to evaluate; expected at least one row.")
     context = smallest_context(args)
-    if context is not None and args.max_new_tokens >= context[0]:
-        raise _fail(f"--max-new-tokens must be below the {context[0]}-token context of {context[1]} "
-                    f"(prompt + response must fit), got {args.max_new_tokens}.")
+    check_new_tokens(args.max_new_tokens, context)
     tokenizer = load_tokenizer(args.reference, key="--reference")
     prompt_ids = []
     for ex in examples:
@@ -234,6 +200,11 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
         except TetherError as err:
             raise type(err)(f"{ex.source}, row {ex.row}: {err}") from None
     check_lengths(examples, prompt_ids, args.max_new_tokens, context)
+    if args.engine == "vllm":  # what would stop vLLM's engine, before any weights load
+        from tether.rollout.vllm_engine import CLI_KEYS, VLLMOptions, check_engine
+
+        for path in dict.fromkeys((args.policy, args.reference)):
+            check_engine(path, VLLMOptions(), CLI_KEYS)
     ids = prompt_ids * args.samples_per_prompt
     texts = [prompt_text(ex.prompt) for ex in examples] * args.samples_per_prompt
     settings = EngineSettings(resolve_device(args.device, "--device"), Precision(args.precision))

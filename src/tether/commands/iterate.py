@@ -35,12 +35,14 @@ def run(args) -> int:
 
     from tether.commands.demo import parse_sets
     from tether.feedback.iterate import format_rounds, iterate_demo
+    from tether.outputs import check_output_dir
 
     if args.rounds < 1 or args.pairs_per_round < 1:
         raise ConfigError("--rounds and --pairs-per-round must be at least 1.")
     source = Path(args.source)
     if not all((source / part).is_dir() for part in ("task", "sft", "rm")):
         raise ConfigError(f"--from '{args.source}': expected a `tether demo` directory holding task/, sft/ and rm/.")
+    check_output_dir(args.out, "--out")
     labeller, serve_page = None, None
     if args.page:
         serve_page = _page_server(args.port)

@@ -39,6 +39,7 @@ def run(args) -> int:
         raise ConfigError(f"--overlap must be at least 1 (annotators per pair), got {args.overlap}.")
     if args.export and not args.stats:
         raise ConfigError("--export writes the majority vote of --stats: add --stats.")
+    check_outputs(args)
     store = LabelStore(load_pairs(args.pairs), Path(args.out), args.overlap)
     if args.stats:
         import json
@@ -73,3 +74,15 @@ def run(args) -> int:
     finally:
         sock.close()
     return 0
+
+
+def check_outputs(args) -> None:
+    """Where labels will go, before the page serves a pair: --out (and its .ties/.skips files
+    beside it) when serving, --export with --stats (--out is only read then)."""
+    from tether.outputs import check_output_file
+
+    if args.stats:
+        if args.export:
+            check_output_file(args.export, "--export", example="majority.jsonl")
+        return
+    check_output_file(args.out, "--out", example="labels.jsonl")

@@ -28,6 +28,9 @@ def register(sub) -> None:
 
 
 def check(args) -> None:
+    """Every argument, and that ``--out`` can be written, before any file or model is read."""
+    from tether.outputs import check_output_file
+
     if args.strategy == "checkpoints" and not args.policy_b:
         raise ConfigError("--strategy checkpoints compares two policies: give --policy-b.")
     if args.strategy != "checkpoints" and args.policy_b:
@@ -40,24 +43,62 @@ def check(args) -> None:
         raise ConfigError(f"--temperature must be a positive number, got {args.temperature}.")
     if args.max_new_tokens < 1 or (args.max_prompts is not None and args.max_prompts < 1):
         raise ConfigError("--max-new-tokens and --max-prompts must be at least 1.")
+    check_output_file(args.out, "--out", example="pairs.jsonl")
+
+
+def models(args) -> list[tuple[str, str, str]]:
+    """(role, flag, path) of every model that sees prompt + response: the policies, and the
+    reward model that scores them (best_worst)."""
+    roles = [("policy", "--policy", args.policy)]
+    if args.policy_b:
+        roles.append(("second policy", "--policy-b", args.policy_b))
+    if args.strategy == "best_worst":
+        roles.append(("reward model", "--reward-model", args.reward_model))
+    return roles
+
+
+def encoded_prompts(args):
+    """The tokenizer, the prompt rows (at most --max-prompts) and their token ids, the lengths
+    checked against the models' contexts (from their configs) before any weights load."""
+    from tether.data import encode_prompt, load_records, prompt_examples
+    from tether.errors import DataError, TetherError
+    from tether.eval.context import check_lengths, check_new_tokens, smallest_context
+    from tether.models import load_tokenizer
+
+    examples = prompt_examples(load_records(args.prompts, key="--prompts"))[: args.max_prompts]
+    if not examples:
+        raise DataError(f"{args.prompts}: no prompts to sample pairs for; expected at least one row.")
+    context = smallest_context(models(args))
+    check_new_tokens(args.max_new_tokens, context)
+    tokenizer = load_tokenizer(args.policy, key="--policy")
+    ids = []
+    for ex in examples:
+        try:
+            ids.append(encode_prompt(ex.prompt, tokenizer))
+        except TetherError as err:
+            raise type(err)(f"{ex.source}, row {ex.row}: {err}") from None
+    check_lengths(examples, ids, args.max_new_tokens, context)
+    return tokenizer, examples, ids
 
 
 def run(args) -> int:
     import json
     import sys
 
-    from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
+    from tether.data import prompt_text
     from tether.feedback.pairs import PairSpec, sample_pairs
     from tether.feedback.store import _rewrite
-    from tether.models import load_tokenizer
 
     check(args)
-    examples = prompt_examples(load_records(args.prompts, key="--prompts"))[: args.max_prompts]
-    tokenizer = load_tokenizer(args.policy, key="--policy")
-    ids = [encode_prompt(ex.prompt, tokenizer) for ex in examples]
+    tokenizer, examples, ids = encoded_prompts(args)
     texts = [prompt_text(ex.prompt) for ex in examples]
     spec = PairSpec(args.strategy, args.policy, args.policy_b, args.reward_model, args.temperature, args.n,
                     args.max_new_tokens, args.seed)
+    if args.engine == "vllm":  # what would stop vLLM's engine, before any weights load
+        from tether.rollout.vllm_engine import CLI_KEYS, VLLMOptions, check_engine
+
+        for path in dict.fromkeys(p for p in (args.policy, args.policy_b) if p):
+            check_engine(path, VLLMOptions(), CLI_KEYS)
     rows, counts = sample_pairs(spec, texts, ids, tokenizer, args.engine)
     from pathlib import Path
 

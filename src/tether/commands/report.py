@@ -19,6 +19,22 @@ def register(sub) -> None:
 def run(args) -> int:
     from tether.plots.report import build_report
 
+    check_out(args)
     path = build_report(args.dir, out=args.out)  # a TetherError (no metrics) exits with code 2
     print(f"report: {path}")
     return 0
+
+
+def check_out(args) -> None:
+    """--out (default DIR/report.html) can be written, before the report is built."""
+    from pathlib import Path
+
+    from tether.outputs import check_output_file
+    from tether.plots.report import REPORT_NAME
+
+    if args.out is not None:
+        check_output_file(args.out, "--out", example=REPORT_NAME)
+    elif Path(args.dir).is_dir():  # a missing DIR is build_report's error ("not a directory")
+        default = Path(args.dir) / REPORT_NAME
+        check_output_file(default, "--out", what=f"--out is not given and the default '{default}'",
+                          hint="give --out FILE")

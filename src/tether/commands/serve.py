@@ -190,10 +190,11 @@ def run(args) -> int:
         where = EngineSettings(resolve_device(args.device, "--device"), Precision("fp32"))
         vllm_options = None
         if args.engine == "vllm":
-            from tether.rollout.vllm_engine import VLLMOptions
+            from tether.rollout.vllm_engine import CLI_KEYS, VLLMOptions, check_engine
 
             vllm_options = VLLMOptions(dtype=args.dtype, gpu_memory_utilization=args.gpu_memory_utilization,
                                        max_model_len=args.max_model_len, seed=(args.seed or 0) % (2**31 - 1))
+            check_engine(args.model, vllm_options, CLI_KEYS)  # what would stop the engine, before the weights load
         service = ModelService.load(args.model, args.reward_model, args.dtype, args.trust_remote_code,
                                     args.max_batch_size, args.engine, where, vllm_options)
         app = create_app(service, settings)

@@ -20,6 +20,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from tether.errors import ConfigError
+    from tether.outputs import check_output_dir
     from tether.plots.report import build_report
     from tether.sweep import format_frontier, run_sweep
 
@@ -27,6 +28,8 @@ def run(args) -> int:
         betas = [float(b) for b in args.betas.split(",") if b.strip()]
     except ValueError:
         raise ConfigError(f"--betas '{args.betas}': expected comma-separated numbers, e.g. 0,0.05,0.2.") from None
+    # The runs, frontier.json and frontier.png go into the demo directory.
+    check_output_dir(args.demo, "--demo", hint="give a demo directory this user can write in")
     frontier = run_sweep(args.demo, betas, args.iterations, args.eval_every, args.seed, args.overrides)
     print(format_frontier(frontier))
     build_report(args.demo)

@@ -131,8 +131,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"Config key '{key}' = {value!r}: expected true or false.")
         return value
     if tp is str:
+        if isinstance(value, os.PathLike):  # a pathlib.Path from Python: the path as text
+            value = os.fspath(value)
         if not isinstance(value, str):
-            raise ConfigError(f"Config key '{key}' = {value!r}: expected a string.")
+            raise ConfigError(f"Config key '{key}' = {value!r}: expected a string (or a path).")
         return value
     if tp is dict:
         if not isinstance(value, dict):
@@ -292,6 +294,29 @@ def apply_moved_keys(cls: type, data: dict) -> dict:
         target[new_leaf] = value
         log.warning("config key '%s' is now '%s' (set to %r).", old, new, value)
     return data
+
+
+def _leaves(obj: Any, prefix: str) -> dict[str, Any]:
+    """The leaf values under the dotted ``prefix`` of the config ``obj`` (a leaf or a block), by dotted key."""
+    node = obj
+    for part in prefix.split("."):
+        node = getattr(node, part)
+    if dataclasses.is_dataclass(node):  # a block: its fields' leaves (a dict value is one leaf)
+        return {f"{prefix}.{k}": v for f in dataclasses.fields(node) for k, v in _leaves(node, f.name).items()}
+    return {prefix: list(node) if isinstance(node, tuple) else node}
+
+
+def refuse_inert(cfg: Any, keys: typing.Iterable[str], why: str) -> None:
+    """A :class:`ConfigError` for the first of ``keys`` (dotted leaves or whole blocks of ``cfg``)
+    set to anything but its default: ``why`` (e.g. "with algorithm=grpo, which trains no critic")
+    it would do nothing, and a setting that silently does nothing is refused."""
+    defaults = type(cfg)()  # the dataclass defaults (validate is not called)
+    for key in keys:
+        default = _leaves(defaults, key)
+        for leaf, value in _leaves(cfg, key).items():
+            if value != default[leaf]:
+                raise ConfigError(f"Config key '{leaf}' = {value!r} is set {why}, so it would have no effect; "
+                                  f"drop it (default {default[leaf]!r}).")
 
 
 def flat_dict(tree: dict, prefix: str = "") -> dict[str, Any]:

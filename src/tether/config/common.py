@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tether.config.base import FLOAT32_MAX, option
+from tether.config.base import FLOAT32_MAX, option, refuse_inert
 import re
 
 from tether.errors import ConfigError
@@ -78,6 +78,12 @@ class RunConfig:
     def validate(self) -> None:
         check_device_spec(self.device)  # (run.report_to's packages are checked when a stage starts:
         # a Ray worker or a reader of a saved config needs no tracker installed)
+        twice = sorted({name for name in self.report_to if self.report_to.count(name) > 1})
+        if twice:
+            # Refused rather than de-duplicated: each entry opens a tracker run (two event files,
+            # two W&B runs), and a repeated name is more likely a slip for another tracker.
+            raise ConfigError(f"Config key 'run.report_to' = {list(self.report_to)} names {', '.join(twice)} twice; "
+                              "expected each tracker once.")
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,8 @@ class CPUConfig:
 @dataclass(frozen=True)
 class DistributedConfig:
     """Data parallel over several processes, launched with torchrun (docs/distributed.md). One
-    process (no torchrun) ignores this block."""
+    process (no torchrun) ignores this block, so one preset serves both launches; only a
+    contradiction in it (backend nccl with a CPU run.device) is refused either way."""
 
     strategy: Literal["ddp", "fsdp"] = option(
         "ddp",
@@ -107,7 +114,8 @@ class DistributedConfig:
                "the lost rank.", gt=0,
     )
     backend: Literal["auto", "gloo", "nccl"] = option(
-        "auto", "torch.distributed backend: auto = nccl when run.device is CUDA, else gloo.")
+        "auto", "torch.distributed backend: auto = nccl when run.device is CUDA, else gloo. nccl needs CUDA GPUs "
+                "(refused with a CPU run.device, and under torchrun on a machine without them).")
 
 
 @dataclass(frozen=True)
@@ -121,17 +129,17 @@ class LoRAConfig:
                             ge=0, lt=1)
     target_modules: list[str] = option(
         factory=lambda: ["all-linear"],
-        help="Module names (or name suffixes) that get adapters; 'all-linear' = every linear layer but "
-             "the output head (peft's rule).",
+        help="Module names (or name suffixes) that get adapters, each matching at least one module; "
+             "'all-linear' (alone) = every linear layer but the output head (peft's rule).",
     )
     modules_to_save: list[str] = option(
         factory=list,
-        help="Modules trained in full beside the adapters (e.g. embed_tokens). A scalar model's head "
-             "(score) always is.",
+        help="Modules trained in full beside the adapters (e.g. embed_tokens), each matching at least one "
+             "module. A scalar model's head (score) always is.",
     )
     adapter: str | None = option(
         None, "Start from this adapter directory (a LoRA run's adapter/) instead of fresh adapters; its "
-              "own r, alpha and targets apply.", path=True,
+              "own r, alpha and targets apply (setting them here too is refused).", path=True,
     )
 
     @property
@@ -210,3 +218,44 @@ class DataConfig:
     def validate(self) -> None:
         if not self.train:
             raise ConfigError("Config key 'data.train' is empty: expected a file or dataset name.")
+
+
+def refuse_inert_lora(cfg, key: str = "lora") -> None:
+    """A LoRA block's settings where they do nothing: with LoRA off (r = 0, no adapter) all of
+    them; with ``adapter`` the adapter's own r, alpha, dropout and targets apply instead."""
+    lora = cfg
+    for part in key.split("."):
+        lora = getattr(lora, part)
+    settings = [f"{key}.{name}" for name in ("alpha", "dropout", "target_modules", "modules_to_save")]
+    if lora.adapter:
+        refuse_inert(cfg, [f"{key}.r", *settings], f"with {key}.adapter, whose own adapter_config.json settings apply")
+    elif not lora.enabled:
+        refuse_inert(cfg, settings, f"while LoRA is off ({key}.r = 0 and no {key}.adapter)")
+
+
+def check_common(cfg) -> None:
+    """The blocks every stage has, against each other: NCCL on a CPU run (a contradiction however
+    the run is launched; no GPU at all is found when torchrun starts the process group), and
+    settings that do nothing under another: tracker names without a tracker, checkpoints kept
+    without checkpoints."""
+    if cfg.distributed.backend == "nccl" and cfg.run.device in ("cpu", "mps"):
+        raise ConfigError(f"Config key 'distributed.backend' = 'nccl' with run.device = {cfg.run.device!r}: NCCL "
+                          "moves CUDA tensors only; gloo is the CPU backend (distributed.backend=gloo, or auto).")
+    if not cfg.run.report_to:
+        refuse_inert(cfg, ["run.project", "run.name"], "with no tracker in run.report_to")
+    if not cfg.run.save_every:
+        refuse_inert(cfg, ["run.keep_checkpoints"], "with run.save_every = 0 (only the final model is written)")
+
+
+def check_supervised(cfg) -> None:
+    """SFT's, the reward model's and DPO's settings against each other (:func:`check_common`, and
+    those that do nothing under another setting)."""
+    check_common(cfg)
+    refuse_inert_lora(cfg, "lora")
+    if cfg.data.eval:
+        refuse_inert(cfg, ["data.eval_size"], "with data.eval given (it holds rows of data.train out only when "
+                                              "there is no data.eval)")
+    else:
+        refuse_inert(cfg, ["data.eval_split"], "with no data.eval (it is the split of a hub data.eval)")
+        if not cfg.data.eval_size:
+            refuse_inert(cfg, ["eval_every"], "with no held-out data (no data.eval and data.eval_size = 0)")

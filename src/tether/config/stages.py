@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from tether.config.base import FLOAT32_MAX, option, section
+from tether.config.base import FLOAT32_MAX, option, refuse_inert, section
 from tether.config.common import (
     CPUConfig,
     DataConfig,
@@ -15,6 +16,9 @@ from tether.config.common import (
     OptimConfig,
     RunConfig,
     check_adam_step,
+    check_common,
+    check_supervised,
+    refuse_inert_lora,
 )
 from tether.errors import ConfigError
 from tether.config.health import HealthConfig
@@ -48,6 +52,9 @@ class SFTConfig:
     distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
 
     MOVED_KEYS = SUPERVISED_MOVED_KEYS
+
+    def validate(self) -> None:
+        check_supervised(self)
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,9 @@ class RewardModelConfig:
 
     MOVED_KEYS = SUPERVISED_MOVED_KEYS
 
+    def validate(self) -> None:
+        check_supervised(self)
+
 
 @dataclass(frozen=True)
 class DPOLossConfig:
@@ -95,7 +105,8 @@ class DPOLossConfig:
         "sigmoid", "sigmoid = DPO's -log sigmoid(beta * h) (Rafailov et al. 2023, eq. 7); ipo = (h - 1/(2 beta))^2 "
                    "(Azar et al. 2023, eq. 17), h the chosen-minus-rejected log-ratio difference.")
     label_smoothing: float = option(
-        0.0, "sigmoid only: the chance a label is flipped (conservative DPO): -(1-e) log s(bh) - e log s(-bh).",
+        0.0, "sigmoid only (refused with ipo): the chance a label is flipped (conservative DPO): "
+             "-(1-e) log s(bh) - e log s(-bh).",
         ge=0, lt=0.5)
 
 
@@ -129,6 +140,11 @@ class DPOConfig:
         if self.lora.enabled and self.lora.dropout:
             raise ConfigError(f"Config key 'lora.dropout' = {self.lora.dropout}: DPO needs 0 (the policy's log-probs "
                               "are compared with the reference's, computed once without dropout).")
+        if self.dpo.loss == "ipo" and self.dpo.label_smoothing:
+            raise ConfigError(f"Config key 'dpo.label_smoothing' = {self.dpo.label_smoothing} with dpo.loss='ipo': "
+                              "label smoothing is a term of the sigmoid (DPO) loss only; IPO's squared loss has none, so "
+                              "it would have no effect. Drop it, or use dpo.loss=sigmoid.")
+        check_supervised(self)
 
 
 @dataclass(frozen=True)
@@ -406,7 +422,8 @@ class PPOConfig:
 
     @property
     def needs_critic(self) -> bool:
-        return self.algorithm == "ppo"
+        """Whether ``algorithm`` trains a critic, as the algorithm itself declares (tether.algorithms)."""
+        return algorithm_needs_critic(self.algorithm)
 
     @property
     def ratio_tolerance(self) -> float:
@@ -446,10 +463,7 @@ class PPOConfig:
                 f"{self.samples_per_prompt} = {episodes}."
             )
         if not self.needs_critic:
-            if self.critic.shared_trunk or self.ppo.critic_warmup_iters:
-                key = "critic.shared_trunk" if self.critic.shared_trunk else "ppo.critic_warmup_iters"
-                raise ConfigError(f"Config key '{key}' is set with algorithm={self.algorithm}, which trains no critic "
-                                  "(only ppo does).")
+            refuse_inert(self, CRITIC_KEYS, f"with algorithm={self.algorithm}, which trains no critic")
         elif (self.critic.init == "reward" and not self.critic.path and not self.reward.models
                 and not self.critic.shared_trunk):
             source = "reward.callable" if self.reward.callable else "reward.url"
@@ -482,6 +496,65 @@ class PPOConfig:
                 "critic.shared_trunk=true the value loss moves the actor's trunk, so the critic cannot "
                 "train alone; set it to 0."
             )
+        for keys, why in inert_rl_settings(self):
+            refuse_inert(self, keys, why)
+        check_common(self)
+        refuse_inert_lora(self, "lora")
+        refuse_inert_lora(self, "critic.lora")
+
+
+#: The keys only a critic-based algorithm reads: the critic, its Ray group, GAE and the value loss.
+CRITIC_KEYS = ("critic", "placement.ray.critic", "ppo.vf_coef", "ppo.value_clip", "ppo.lam",
+               "ppo.whiten_advantages", "ppo.critic_warmup_iters", "health.value_loss_explode_factor",
+               "health.value_loss_baseline_iters")
+
+
+def algorithm_needs_critic(name: str) -> bool:
+    """Asked of the algorithm's class in the registry (imported lazily: it imports torch)."""
+    import importlib
+
+    from tether.algorithms import ALGORITHMS
+
+    module, attr = ALGORITHMS[name].split(":")
+    return bool(getattr(importlib.import_module(module), attr).needs_critic)
+
+
+def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
+    """(keys, the setting under which they do nothing) of an RL config: each of those keys set
+    to anything but its default is refused (a setting that silently does nothing is a defect)."""
+    rules = []
+    if cfg.critic.shared_trunk:
+        rules.append((("critic.init", "critic.gradient_checkpointing", "critic.strategy"),
+                      "with critic.shared_trunk=true (the critic is a value head on the actor's trunk)"))
+    if cfg.algorithm != "grpo":
+        rules.append((("group.scale_by_std",), f"with algorithm={cfg.algorithm} (it scales GRPO's group advantages)"))
+    if cfg.algorithm in ("grpo", "rloo"):
+        rules.append((("ppo.gamma",), f"with algorithm={cfg.algorithm}, whose advantage is one number per response "
+                                      "(no per-token discounting)"))
+    if cfg.kl.controller == "fixed":
+        rules.append((("kl.target", "kl.horizon"), "with kl.controller=fixed (they steer the adaptive controller)"))
+    if len(cfg.reward.models) < 2:
+        rules.append((("reward.combine", "reward.std_coef"), "with fewer than two reward.models (they combine an "
+                                                             "ensemble's scores)"))
+    elif cfg.reward.combine != "mean_minus_std":
+        rules.append((("reward.std_coef",), f"with reward.combine={cfg.reward.combine} (it is mean_minus_std's k)"))
+    if not cfg.reward.url:
+        rules.append((("reward.api_key",), "with no reward.url (it is the reward server's key)"))
+    if not cfg.eval.prompts:
+        rules.append((("eval.every", "eval.max_prompts", "eval.judge"), "with no eval.prompts (no held-out evaluation)"))
+    if not cfg.ppo.compile:
+        rules.append((("ppo.compile_mode",), "with ppo.compile=false"))
+    if cfg.rollout.engine != "vllm":
+        rules.append((("rollout.vllm",), f"with rollout.engine={cfg.rollout.engine} (they set up the vLLM engine)"))
+    else:
+        rules.append((("rollout.capture_logprobs",), "with rollout.engine=vllm (its switch is "
+                                                     "rollout.use_engine_logprobs)"))
+    if cfg.placement.backend != "ray":
+        rules.append((("placement.ray",), f"with placement.backend={cfg.placement.backend}"))
+    if not cfg.health.enabled:
+        rules.append((tuple(f"health.{f.name}" for f in dataclasses.fields(cfg.health) if f.name != "enabled"),
+                      "with health.enabled=false"))
+    return rules
 
 
 __all__ = ["SFTConfig", "RewardModelConfig", "PPOConfig", "DPOConfig"]

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import torch
 
-from tether.errors import TrainingError
+from tether.errors import ConfigError, TrainingError
 
 #: (hostname, pid) of every rank, filled at start: which ranks are gone when a collective fails.
 _PEERS: list[tuple[str, int]] = []
@@ -36,6 +36,17 @@ def backend_for(device: str) -> str:
     """``nccl`` when the run's device is CUDA (``auto`` with a GPU, ``cuda``, ``cuda:N``), else ``gloo``."""
     cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     return "nccl" if cuda else "gloo"
+
+
+def check_backend(backend: str, device: str) -> None:
+    """``distributed.backend=nccl`` needs CUDA GPUs: refused before the process group is created,
+    where torch would fail inside ``torch.cuda.set_device`` instead. (A CPU run.device with nccl is
+    refused with the config, however the run is launched.)"""
+    if backend != "nccl":
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError("Config key 'distributed.backend' = 'nccl': NCCL needs CUDA GPUs, and this machine has none "
+                          "that torch can use; gloo is the CPU backend (distributed.backend=gloo, or auto).")
 
 
 def _exited(pid: int) -> bool:
@@ -109,6 +120,7 @@ class DistributedSession:
         dist = torch.distributed
         if launched_by_torchrun() and not dist.is_initialized():
             backend = backend_for(self.device) if self.backend == "auto" else self.backend
+            check_backend(backend, self.device)
             if backend == "nccl":
                 torch.cuda.set_device(local_rank())
             dist.init_process_group(backend, timeout=timedelta(seconds=self.timeout_s))

@@ -8,7 +8,9 @@ POST /api/undo   {"annotator"} -> takes back that annotator's last verdict
 
 With a token, every request must carry it (header ``X-Tether-Token``, or ``?token=`` for the page,
 which passes it on). Response text goes into the page as text nodes, never as HTML. Malformed
-requests get 4xx.
+requests get 4xx, and so does a label for a pair this server did not hand to that annotator
+(``/api/next``) or with other sides than it showed them: a client cannot label pairs of its
+choosing, or choose which response counts as the left one.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ def create_label_app(store: LabelStore, guidelines: str = "", token: str | None 
     def label(v: Verdict) -> dict:
         if v.pair_id not in store.by_id:
             raise HTTPException(404, f"no pair {v.pair_id!r} in the pairs file")
+        if not store.was_handed(v.annotator, v.pair_id):
+            raise HTTPException(409, f"pair {v.pair_id!r} was not handed to {v.annotator!r} by this server (or it "
+                                     "restarted since): reload the page for the next pair")
         if v.left != left_side(v.pair_id, v.annotator):
             raise HTTPException(409, "the sides do not match the ones this annotator was shown")
         try:

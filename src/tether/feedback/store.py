@@ -13,12 +13,20 @@ Files, next to ``out`` (the preference file the reward-model stage reads):
 Every write holds one lock, appends one line, flushes and fsyncs: two annotators labelling at
 once never interleave partial lines, and a label the page confirmed survives a crash. Undo
 rewrites the one file it touches atomically (a temporary file, fsync, rename).
+
+Reading the files back, every line must be a label of this pairs file (a :class:`DataError`
+names the file and line otherwise, as the data loaders do): a line that is not JSON, lacks the
+annotator or pair, names a pair the pairs file does not hold, or repeats an annotator's verdict
+would otherwise be dropped or counted without a word. The one exception is a last line cut short
+by a crash mid-write (no line break, not JSON): it is left out with a warning, and cut off before
+the next label is appended.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -26,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.errors import DataError
+
+log = logging.getLogger(__name__)
 
 VERDICTS = ("1", "2", "tie", "skip")  # left better, right better, tie, skip
 RESERVE_S = 300.0  # a pair handed to an annotator counts towards --overlap for this long
@@ -96,11 +106,33 @@ class LabelStore:
         self.reserved: dict[str, dict[str, float]] = {}  # pair -> annotator -> when handed out
         self.verdict_count: dict[str, int] = {}  # pair -> preferences and ties it has
         self.seen: dict[str, set[str]] = {}  # annotator -> pairs they gave a verdict or skipped
+        self.handed: dict[str, set[str]] = {}  # annotator -> pairs next_for handed them, not yet answered
+        where: dict[tuple[str, str], str] = {}  # (annotator, pair) -> "FILE, line N" of its verdict or skip
         for path in (self.out, self.ties, self.skips):
-            for row in _read_rows(path):
-                who, pid = row.get("annotator"), row.get("pair_id")
-                if isinstance(who, str) and pid in self.by_id:
-                    self._add(who, _Action(path, row))
+            for line, row in _read_rows(path):
+                self._check_row(path, line, row, where)
+                self._add(row["annotator"], _Action(path, row))
+
+    def _check_row(self, path: Path, line: int, row: dict, where: dict) -> None:
+        """A row read back must be a label of this pairs file, each annotator's verdict once."""
+        here = f"{path}, line {line}"
+        for key in ("annotator", "pair_id"):
+            if not isinstance(row.get(key), str):
+                raise DataError(f"{here}: field '{key}' missing or not text; expected a label row written by "
+                                "`tether label`.")
+        if row["pair_id"] not in self.by_id:
+            raise DataError(f"{here}: pair_id {row['pair_id']!r} is not in the pairs file; the labels belong to "
+                            "another pairs file (give that one with --pairs, or another --out).")
+        if path == self.out and row.get("preferred") not in ("a", "b"):
+            raise DataError(f"{here}: field 'preferred' = {row.get('preferred')!r}; expected 'a' or 'b'.")
+        first = where.setdefault((row["annotator"], row["pair_id"]), here)
+        if first != here:
+            raise DataError(f"{here}: annotator {row['annotator']!r} already gave pair {row['pair_id']!r} a verdict "
+                            f"or skip ({first}); expected one per annotator and pair.")
+
+    def was_handed(self, annotator: str, pair_id: str) -> bool:
+        """Whether :meth:`next_for` handed ``pair_id`` to ``annotator`` and it awaits their verdict."""
+        return pair_id in self.handed.get(annotator, set())
 
     # -- reading -------------------------------------------------------------------------------
     def seen_by(self, annotator: str) -> set[str]:
@@ -136,6 +168,7 @@ class LabelStore:
                            if now - t < RESERVE_S and who != annotator}
                 if self.labels_of(pair.pair_id) + len(holders) < self.overlap:
                     self.reserved.setdefault(pair.pair_id, {})[annotator] = now
+                    self.handed.setdefault(annotator, set()).add(pair.pair_id)
                     return pair
             return None
 
@@ -162,6 +195,7 @@ class LabelStore:
             _append(path, row)
             self._add(annotator, _Action(path, row))
             self.reserved.get(pair_id, {}).pop(annotator, None)
+            self.handed.get(annotator, set()).discard(pair_id)
 
     def undo(self, annotator: str) -> str | None:
         """Take back this annotator's last verdict (or skip); the pair it was on, or None."""
@@ -174,7 +208,7 @@ class LabelStore:
             self.seen[annotator].discard(pid)
             if last.file != self.skips:
                 self.verdict_count[pid] -= 1
-            rows = _read_rows(last.file)
+            rows = [row for _, row in _read_rows(last.file)]
             for i in range(len(rows) - 1, -1, -1):
                 if rows[i] == last.row:
                     del rows[i]
@@ -183,21 +217,63 @@ class LabelStore:
             return last.row["pair_id"]
 
 
-def _read_rows(path: Path) -> list[dict]:
+def _read_rows(path: Path) -> list[tuple[int, dict]]:
+    """(line number, row) of every JSON object line of a labels file; any other line is a
+    :class:`DataError` naming the file and line, but for a last line cut short by a crash (warned of)."""
+    from tether.data.records import _parse_line  # the data loaders' messages for a bad JSON line
+
     if not path.is_file():
         return []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not valid UTF-8 (bad byte at file offset {e.start}); expected the JSON lines "
+                        "`tether label` writes.") from None
+    lines = text.split("\n")
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:  # a line cut by a crash mid-write is dropped, not fatal
-                continue
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if number == len(lines) and _cut_short(line):  # the last line, with no line break after it
+            log.warning("%s, line %d: a label cut short by a crash mid-write (%d characters, no line break) is left "
+                        "out; it is removed when the next label is written.", path, number, len(line))
+            continue
+        rows.append((number, _parse_line(line, str(path), number)))
     return rows
+
+
+def _cut_short(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return True
+    return False
+
+
+def _drop_cut_tail(path: Path) -> None:
+    """Before appending: a last line without a line break is cut off when it is not JSON (a write
+    a crash cut short, which :func:`_read_rows` left out), else given its line break."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":  # the usual case: one byte read
+            return
+    data = path.read_bytes()
+    start = data.rfind(b"\n") + 1
+    with open(path, "r+b") as fh:
+        if _cut_short(data[start:].decode("utf-8", errors="replace")):
+            fh.truncate(start)
+        else:
+            fh.seek(0, os.SEEK_END)
+            fh.write(b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _append(path: Path, row: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    _drop_cut_tail(path)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(row, ensure_ascii=False) + "\n")
         fh.flush()

@@ -19,7 +19,7 @@ from tether.checkpoint import latest_checkpoint
 from tether.distributed.collectives import barrier, on_main
 from tether.runtime import rank, world_size
 from tether.metrics import MetricsLogger
-from tether.trackers import check_installed
+from tether.trackers import check_installed, check_servers
 from tether.models.loading import context_length
 from tether.runs import (
     MANIFEST,
@@ -47,6 +47,7 @@ def begin_run(cfg, stage: str, resume: bool) -> Path | None:
 
     def check() -> Path | None:
         check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
+        check_servers(cfg.run.report_to)  # the trackers' servers answer in time (tether.services)
         return latest_checkpoint(cfg.run.out) if resume else None
 
     ckpt = on_main(check)  # data parallel: rank 0 checks and picks the checkpoint, every rank follows
@@ -133,6 +134,12 @@ def fit_to_context(value: int, key: str, models: dict[str, object], reserved: in
     reserved_text = f" minus {reserved_key}={reserved}" if reserved else ""
     return LengthLimit(room, f"capped from {key}={value}: the context of the model '{name}' is {context} "
                              f"positions{reserved_text}")
+
+
+def data_limit(cfg, models: dict[str, object]) -> LengthLimit:
+    """``data.max_length`` of a supervised stage (SFT, reward model, DPO) fitted to ``models``
+    (path -> config): what its rows are tokenized to, and what its card and config.yaml report."""
+    return fit_to_context(cfg.data.max_length, "data.max_length", models)
 
 
 def log_data_counts(out: Path, stage: str, counts: dict) -> None:

@@ -1,9 +1,11 @@
 """DPO (and IPO): the policy trained on preference pairs directly, with no reward model and no
 RL loop (Rafailov et al. 2023). The pairs are the reward-model stage's files.
 
-The reference's summed log-probs of every chosen and rejected response are computed once, before
-the first step (a separate reference model is then dropped; under LoRA the reference is the
-policy's base with its adapters off, as in PPO). Each step scores chosen and rejected in one
+The reference's summed log-probs of the chosen and rejected responses are computed once, before
+the first step, for the training rows the run's steps will draw (all of them once a run spans an
+epoch; a 5-step run on a large file scores only its 5 batches) and every held-out pair; a
+separate reference model is then dropped (under LoRA the reference is the policy's base with its
+adapters off, as in PPO). Each step scores chosen and rejected in one
 forward of the policy. Held-out evaluation reports the implicit reward β·(log π − log π_ref):
 its pairwise accuracy and margin, the numbers the reward-model stage reports for its explicit
 reward.
@@ -12,6 +14,7 @@ reward.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 
 import torch
@@ -22,7 +25,7 @@ from tether.data import collate_left, collate_right
 from tether.distributed import all_gather_objects
 from tether.distributed.shard import rank_slice
 from tether.engines import TrainingEngine, engine_settings, prepare_models
-from tether.loops.common import begin_run, fit_to_context, log_data_counts, save_final, steps_for
+from tether.loops.common import batch_indices, begin_run, data_limit, log_data_counts, save_final, steps_for
 from tether.loops.reward_model import load_pairs
 from tether.loops.sft import optimizer_spec
 from tether.cards import model_card
@@ -30,6 +33,7 @@ from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.loading import load_model_config
 from tether.models.lora import is_peft, trainable
+from tether.roles.build import check_reference_tokenizer
 from tether.roles.policy import policy_forward
 from tether.runs import guarded_run, prepare_run_dir
 from tether.types import Rollout
@@ -108,6 +112,26 @@ def reference_of(cfg: DPOConfig, engine: TrainingEngine, policy, tokenizer, sett
     return [pair_logprob_table(reference, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
 
 
+def rows_used(n: int, batch_size: int, total_steps: int, seed: int) -> list[int]:
+    """The training rows (sorted) that ``total_steps`` steps draw: data order is a pure function of
+    (seed, step), so they are known before the first step; every row once the run spans an epoch.
+    A resumed run finds the same rows, so its reference log-probs are computed over the same
+    batches and are bitwise those of the uninterrupted run."""
+    steps = min(total_steps, math.ceil(n / batch_size))  # the first epoch draws every row
+    return sorted({i for idx in batch_indices(n, batch_size, steps, seed) for i in idx.tolist()})
+
+
+def reference_table(cfg: DPOConfig, engine: TrainingEngine, policy, tokenizer, settings, train: list, evals: list,
+                    total_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, 2) reference log-probs of the training pairs, NaN in the rows the run never draws
+    (a NaN reaching a loss would stop the run, never train it), and (M, 2) of the held-out pairs."""
+    used = rows_used(len(train), cfg.optim.batch_size, total_steps, cfg.run.seed)
+    scored, ref_eval = reference_of(cfg, engine, policy, tokenizer, settings, [train[i] for i in used], evals)
+    ref_train = torch.full((len(train), 2), float("nan"))
+    ref_train[torch.tensor(used, dtype=torch.long)] = scored
+    return ref_train, ref_eval
+
+
 def dpo_inputs(cfg: DPOConfig):
     """Everything DPO reads before the weights, checked: (tokenizer, the models' configs by path,
     :func:`load_pairs`' result). ``tether dpo --dry-run`` stops here."""
@@ -116,9 +140,9 @@ def dpo_inputs(cfg: DPOConfig):
     models = {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path",
                                                         cfg.model.trust_remote_code)}
     if cfg.reference:
+        check_reference_tokenizer(cfg, tokenizer)  # as the RL commands check theirs
         models[cfg.reference] = load_model_config(cfg.reference, "reference", cfg.model.trust_remote_code)
-    limit = fit_to_context(cfg.data.max_length, "data.max_length", models)
-    return tokenizer, models, load_pairs(cfg, tokenizer, limit)
+    return tokenizer, models, load_pairs(cfg, tokenizer, data_limit(cfg, models))
 
 
 @guarded_run
@@ -126,7 +150,8 @@ def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
     """Train the policy with DPO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
     ckpt = begin_run(cfg, "dpo", resume)
     settings = engine_settings(cfg)
-    tokenizer, _, (train, _, evals, counts) = dpo_inputs(cfg)
+    tokenizer, configs, (train, _, evals, counts) = dpo_inputs(cfg)
+    limits = {"data.max_length": data_limit(cfg, configs)}  # config.yaml, the card
     pad = tokenizer.pad_token_id
     batch = cfg.optim.batch_size
     full = ckpt is not None and not cfg.lora.enabled  # a LoRA checkpoint holds the adapters alone
@@ -139,8 +164,8 @@ def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
     engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
                             settings.on_nonfinite, strategy=cfg.distributed.strategy)
     autocast = engine.autocast
-    ref_train, ref_eval = reference_of(cfg, engine, model, tokenizer, settings, train, evals)
-    out = prepare_run_dir(cfg.run.out, cfg, "dpo", cfg.run.overwrite, resume=ckpt is not None)
+    ref_train, ref_eval = reference_table(cfg, engine, model, tokenizer, settings, train, evals, total_steps)
+    out = prepare_run_dir(cfg.run.out, cfg, "dpo", cfg.run.overwrite, resume=ckpt is not None, limits=limits)
     if ckpt is None:
         log_data_counts(out, "dpo", {"train_pairs": len(train), "eval_pairs": len(evals), **counts})
     beta, kind, smoothing = cfg.dpo.beta, cfg.dpo.loss, cfg.dpo.label_smoothing
@@ -163,6 +188,6 @@ def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
     t0 = time.perf_counter()
     eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
     save_final(out, engine, tokenizer, {"stage": "dpo", "steps": total_steps},
-               model_card(cfg, "dpo", {**eval_metrics, "steps": total_steps}, out))
+               model_card(cfg, "dpo", {**eval_metrics, "steps": total_steps}, out, limits=limits))
     return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
             "engine": engine, "tokenizer": tokenizer}

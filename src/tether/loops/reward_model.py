@@ -22,7 +22,7 @@ from tether.errors import DataError
 from tether.loops.common import (
     LengthLimit,
     begin_run,
-    fit_to_context,
+    data_limit,
     log_data_counts,
     notice,
     save_final,
@@ -144,8 +144,7 @@ def rm_inputs(cfg: RewardModelConfig):
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     config = load_model_config(cfg.model.name_or_path, "model.name_or_path", cfg.model.trust_remote_code)
     check_scalar_head_config(config, cfg.model.name_or_path, "model.name_or_path")
-    limit = fit_to_context(cfg.data.max_length, "data.max_length", {cfg.model.name_or_path: config})
-    return tokenizer, config, load_pairs(cfg, tokenizer, limit)
+    return tokenizer, config, load_pairs(cfg, tokenizer, data_limit(cfg, {cfg.model.name_or_path: config}))
 
 
 @guarded_run
@@ -153,7 +152,8 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
     ckpt = begin_run(cfg, "rm", resume)
     settings = engine_settings(cfg)
-    tokenizer, _, (train, margins, evals, counts) = rm_inputs(cfg)
+    tokenizer, config, (train, margins, evals, counts) = rm_inputs(cfg)
+    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}  # config.yaml, the card
     # The head is new when starting from the SFT model (a causal LM); a trained one is kept.
     # A LoRA checkpoint holds the adapters (and the head) alone: the base comes from the config.
     full = ckpt is not None and not cfg.lora.enabled
@@ -169,7 +169,7 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
                             settings.on_nonfinite, strategy=cfg.distributed.strategy)
     engine.config.score_offset = 0.0
-    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume=ckpt is not None)
+    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume=ckpt is not None, limits=limits)
     if ckpt is None:
         log_data_counts(out, "rm", {"train_pairs": len(train), "eval_pairs": len(evals), **counts})
     pad, autocast = tokenizer.pad_token_id, engine.autocast
@@ -193,7 +193,7 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
         with MetricsLogger(out, "rm") as logger:
             logger.log(total_steps, {"rm/score_offset": engine.config.score_offset})
     card = model_card(cfg, "rm", {**eval_metrics, "steps": total_steps, "score_offset": engine.config.score_offset},
-                      out, role="reward")
+                      out, role="reward", limits=limits)
     save_final(out, engine, tokenizer, {"stage": "rm", "steps": total_steps}, card)
     return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
             "score_offset": engine.config.score_offset, "engine": engine, "tokenizer": tokenizer}

@@ -63,7 +63,8 @@ def _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iterati
     cap = prompt_limit(cfg, contexts)
     prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
     evaluator = build_evaluator(cfg, tokenizer, cap)
-    out = prepare_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume=ckpt is not None)
+    limits = {"rollout.max_prompt_length": cap}  # config.yaml, the cards
+    out = prepare_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume=ckpt is not None, limits=limits)
     trainer = RLTrainer(cfg, placement, prompts, algorithm)
     monitor = HealthMonitor(cfg.health, echo=tqdm_write)
     if ckpt is not None:
@@ -110,10 +111,11 @@ def _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iterati
     final = {**(history[-1] if history else {}), "iterations": trainer.iteration}
     if trainer.critic is not None:
         save_final(out / "critic", trainer.critic, tokenizer, {"stage": f"{stage}-critic"},
-                   model_card(cfg, stage, {"iterations": trainer.iteration}, out / "critic", role="critic"))
+                   model_card(cfg, stage, {"iterations": trainer.iteration}, out / "critic", role="critic",
+                              limits=limits))
     save_final(out, trainer.actor, tokenizer,
                {"stage": stage, "iterations": trainer.iteration, "stopped_by": monitor.stop_reason},
-               model_card(cfg, stage, final, out))
+               model_card(cfg, stage, final, out, limits=limits))
     return {"history": history, "trainer": trainer, "time_s": time.perf_counter() - t0,
             "alarms": [a.to_dict() for a in monitor.alarms], "stopped_by": monitor.stop_reason}
 

@@ -22,7 +22,7 @@ from tether.runtime import world_size
 from tether.loops.common import (
     LengthLimit,
     begin_run,
-    fit_to_context,
+    data_limit,
     log_data_counts,
     notice,
     save_final,
@@ -126,8 +126,7 @@ def sft_inputs(cfg: SFTConfig):
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     config = load_model_config(cfg.model.name_or_path, "model.name_or_path", cfg.model.trust_remote_code)
-    limit = fit_to_context(cfg.data.max_length, "data.max_length", {cfg.model.name_or_path: config})
-    train, evals, counts = load_sft_data(cfg, tokenizer, limit)
+    train, evals, counts = load_sft_data(cfg, tokenizer, data_limit(cfg, {cfg.model.name_or_path: config}))
     return tokenizer, config, train, evals, counts
 
 
@@ -139,7 +138,8 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     """
     ckpt = begin_run(cfg, "sft", resume)
     settings = engine_settings(cfg)
-    tokenizer, _, train, evals, counts = sft_inputs(cfg)
+    tokenizer, config, train, evals, counts = sft_inputs(cfg)
+    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}  # config.yaml, the card
     full = ckpt is not None and not cfg.lora.enabled  # a LoRA checkpoint holds the adapters alone
     model = load_causal_lm(
         str(ckpt / "model") if full else cfg.model.name_or_path,
@@ -152,7 +152,7 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
                       cfg.gradient_checkpointing)
     engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
                             settings.on_nonfinite, strategy=cfg.distributed.strategy)
-    out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None)
+    out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None, limits=limits)
     if ckpt is None:
         log_data_counts(out, "sft", {"train_examples": len(train), "eval_examples": len(evals), **counts})
     pad, autocast = tokenizer.pad_token_id, engine.autocast
@@ -170,7 +170,7 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     t0 = time.perf_counter()
     eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
     save_final(out, engine, tokenizer, {"stage": "sft", "steps": total_steps},
-               model_card(cfg, "sft", {**eval_metrics, "steps": total_steps}, out))
+               model_card(cfg, "sft", {**eval_metrics, "steps": total_steps}, out, limits=limits))
     return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
             "engine": engine, "tokenizer": tokenizer}
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from tether.errors import ModelError, one_line
+from tether.services import HUB_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def _local_only(name_or_path: str) -> bool:
 _HUB_REACHABLE: dict[str, bool] = {}
 
 
-def hub_offline(timeout: float = 1.0) -> bool:
+def hub_offline(timeout: float = HUB_TIMEOUT_S) -> bool:
     """``HF_HUB_OFFLINE`` is set, or the hub's host cannot be reached within ``timeout`` s (checked once)."""
     import os
     import socket
@@ -173,7 +174,8 @@ def disable_dropout(model: nn.Module) -> None:
 
 def _fit_vocab(model, tokenizer) -> None:
     if tokenizer is not None and model.get_input_embeddings().num_embeddings < len(tokenizer):
-        model.resize_token_embeddings(len(tokenizer))
+        # On the meta device (a dry run) there are no values to average for the new rows.
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=not model.get_input_embeddings().weight.is_meta)
     if tokenizer is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
         gen = getattr(model, "generation_config", None)
@@ -188,12 +190,14 @@ def load_causal_lm(
     keep_dropout: bool = False,
     trust_remote_code: bool = False,
     key: str | None = None,
+    meta: bool = False,
 ):
     """``AutoModelForCausalLM`` with dropout off, vocab fitted to ``tokenizer``.
 
     A reward-model (scalar-head) checkpoint, or one that lacks weights the causal LM needs
     (they would be initialised at random), is a :class:`ModelError`: a policy must be a
     trained causal LM. ``key`` names the config key or flag the path came from, for errors.
+    ``meta``: the model on the meta device, no weight read, after the same checks (the dry run's).
     """
     from transformers import AutoModelForCausalLM
 
@@ -206,7 +210,7 @@ def load_causal_lm(
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             name_or_path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, output_loading_info=True,
-            local_files_only=_local_only(name_or_path),
+            local_files_only=_local_only(name_or_path), **_meta(meta),
         )
     except Exception as err:  # noqa: BLE001
         raise _wrap_load_error(name_or_path, "causal LM", err, key) from None
@@ -215,6 +219,12 @@ def load_causal_lm(
     if not keep_dropout:
         disable_dropout(model)
     return model
+
+
+def _meta(meta: bool) -> dict:
+    """from_pretrained's arguments for a model on the meta device: transformers then reads the
+    checkpoint's weight names, not its weights, and reports missing weights as for a real load."""
+    return {"device_map": "meta"} if meta else {}
 
 
 def _refuse_fresh_weights(name_or_path: str, key: str | None, what: str, missing) -> None:
@@ -237,6 +247,7 @@ def load_scalar_model(
     trust_remote_code: bool = False,
     new_head: bool = False,
     key: str | None = None,
+    meta: bool = False,
 ):
     """``AutoModelForSequenceClassification(num_labels=1)``: a reward model or critic.
 
@@ -244,6 +255,7 @@ def load_scalar_model(
     (the reward-model stage, a critic started from the policy), initialised with
     ``head_init_std`` when given; otherwise that is a :class:`ModelError`, because a reward
     model or critic with a random head scores at random. A trained head is kept as it is.
+    ``meta``: as :func:`load_causal_lm`'s.
     """
     from transformers import AutoModelForSequenceClassification
 
@@ -253,7 +265,7 @@ def load_scalar_model(
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(
             name_or_path, config=config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code,
-            output_loading_info=True, local_files_only=_local_only(name_or_path),
+            output_loading_info=True, local_files_only=_local_only(name_or_path), **_meta(meta),
         )
     except Exception as err:  # noqa: BLE001
         raise _wrap_load_error(name_or_path, "scalar-head model", err, key) from None

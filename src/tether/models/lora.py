@@ -70,6 +70,7 @@ def wrap_lora(model, lora, scalar: bool, key: str = "lora"):
 
     if lora.adapter:
         return load_adapter(model, lora.adapter, trainable=True, key=f"{key}.adapter")
+    check_lora_names(model, lora, key)
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                         target_modules=_targets(lora.target_modules), modules_to_save=list(lora.modules_to_save) or None,
                         task_type="SEQ_CLS" if scalar else "CAUSAL_LM", fan_in_fan_out=uses_conv1d(model))
@@ -89,6 +90,38 @@ def wrap_lora(model, lora, scalar: bool, key: str = "lora"):
     _record_base(wrapped)
     assert isinstance(wrapped, PeftModel)
     return wrapped
+
+
+def check_lora_names(model, lora, key: str = "lora") -> None:
+    """Every name in ``target_modules`` and ``modules_to_save`` must match a module of ``model``,
+    by peft's own rules: peft drops a name that matches nothing (a typo, another architecture's
+    name) without a word as long as another name matches, and a setting that silently does nothing
+    is refused. Reads module names only, so it works on a model on the meta device (the dry run's)."""
+    names = [name for name, _ in model.named_modules() if name]
+    targets = list(lora.target_modules)
+    if "all-linear" in targets and len(targets) > 1:
+        raise ConfigError(f"Config key '{key}.target_modules' = {targets}: 'all-linear' stands alone (it already "
+                          "means every linear layer but the output head); list layer names without it.")
+    for target in [] if targets == ["all-linear"] else targets:
+        if not any(name == target or name.endswith("." + target) for name in names):  # peft's rule for a list
+            raise ConfigError(
+                f"Config key '{key}.target_modules' = {targets}: no layer of {type(model).__name__} is called "
+                f"{target!r}. Its linear layers are named {', '.join(linear_names(model))} (or use 'all-linear')."
+            )
+    for module in lora.modules_to_save:
+        if not any(name.endswith(module) for name in names):  # peft's rule for modules_to_save: the name's end
+            raise ConfigError(
+                f"Config key '{key}.modules_to_save' = {list(lora.modules_to_save)}: no module of "
+                f"{type(model).__name__} is called {module!r}. Its modules with weights of their own are named "
+                f"{', '.join(weighted_names(model))}."
+            )
+
+
+def weighted_names(model) -> list[str]:
+    """The distinct last name parts of ``model``'s modules that hold weights themselves (what
+    ``modules_to_save`` may name: embeddings, norms, heads, layers)."""
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+                   if name and next(m.parameters(recurse=False), None) is not None})
 
 
 def uses_conv1d(model) -> bool:

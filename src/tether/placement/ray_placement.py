@@ -25,6 +25,7 @@ import torch
 from tether.distributed.shard import concat, head, shard_rows
 from tether.errors import ConfigError, TetherError, TrainingError
 from tether.rollout.base import concat_rollouts
+from tether.services import RAY_HINT, bound_text, check_ray, ray_env, scoped_env
 from tether.runtime import rank_seed
 
 RAY_VERSION = "2.60.0"
@@ -90,7 +91,9 @@ class RayPlacement:
     """The roles of a PPO config on a Ray cluster (see the module)."""
 
     def __init__(self, cfg, checkpoint=None, pad_id: int = 0):
-        self.ray = ray = import_ray()
+        # Ray reads its GCS client's connect timeout when it is first imported: bound it before then.
+        with scoped_env(ray_env() if cfg.placement.ray.address.strip() else {}):
+            self.ray = ray = import_ray()
         from tether.config import to_dict
         from tether.roles.build import role_groups
 
@@ -125,7 +128,7 @@ class RayPlacement:
             return False
         quiet = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         if address:
-            ray.init(address=address, **quiet)
+            self._join(address, quiet)
             return True
         wanted = sum(self._resources(g).num_cpus * self._resources(g).num_workers for g in groups)
         cores = os.cpu_count() or 1
@@ -135,6 +138,20 @@ class RayPlacement:
                    f"reserve {wanted:g} (placement.ray.<role>.num_cpus x num_workers).")
         ray.init(num_cpus=cpus, **quiet)
         return True
+
+    def _join(self, address: str, quiet: dict) -> None:
+        """``ray.init(address)`` within the services' bound (:mod:`tether.services`): the cluster is
+        checked first (a refused, dropped or silent address fails in at most T s, where Ray alone
+        retries for minutes), then Ray gets one connection attempt."""
+        ray = self.ray
+        check_ray(address, ray.util.get_node_ip_address)
+        with scoped_env(ray_env()):
+            try:
+                ray.init(address=address, **quiet)
+            except Exception as err:  # ConnectionError, RuntimeError, ValueError: Ray's reason, in one paragraph
+                reason = " ".join(str(err).split())[:300] or type(err).__name__
+                raise ConfigError(f"Could not join the Ray cluster at {address!r} (placement.ray.address): "
+                                  f"{type(err).__name__}: {reason}. {RAY_HINT} {bound_text()}") from None
 
     def _resources(self, group: Group):
         """``placement.ray.<primary role>``: what each of the group's workers reserves."""

@@ -1,10 +1,11 @@
 """``tether sft|rm|dpo|ppo|grpo|rloo|reinforce_pp --dry-run``: what a run would do, without doing it.
 
 The dry run resolves the config, checks the run directory, the device, the tokenizer, every
-model's config and the data with the same functions, in the same order, as the run itself (so
-it stops on the same bad input with the same message), then prints the plan: roles, devices,
-placement, batch arithmetic, steps and the memory model's estimate per role. No weights are
-read and nothing is written.
+model (loaded as the run loads it, on the meta device: :mod:`tether.plan.meta_models`), the LoRA
+set-up and the data with the same functions, in the same order, as the run itself (so it stops
+on the same bad input with the same message), then prints the plan: roles, devices, placement,
+batch arithmetic, steps and the memory model's estimate per role. No weights are read and
+nothing is written.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from tether.plan.memory import human_bytes, per_rank_bytes, sampling_peak_bytes
-from tether.plan.params import model_shape, role_size
+from tether.plan import meta_models
 
 
 @dataclass
@@ -47,11 +48,12 @@ def _common(plan: Plan, cfg, stage: str, resume: bool) -> None:
     from tether.engines import engine_settings
     from tether.loops.common import check_data_parallel
     from tether.runs import check_run_dir
-    from tether.trackers import check_installed
+    from tether.trackers import check_installed, check_servers
 
     check_installed(cfg.run.report_to)
     check_data_parallel(cfg, stage)
     out = check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
+    check_servers(cfg.run.report_to)  # as begin_run: the trackers' servers answer in time
     settings = engine_settings(cfg)
     exists = "continues the run there" if resume else ("replaces the run there" if out.exists() else "a new directory")
     plan.add("run", f"run.out = {out} ({exists}); seed {cfg.run.seed}")
@@ -116,33 +118,52 @@ def _memory(plan: Plan, roles: dict, strategies: dict[str, str], dtype: str, act
 
 def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, scalar: bool) -> Plan:
     """The plan of SFT, the reward model or DPO; ``load(cfg)`` is the stage's own input check, giving
-    (tokenizer, the model's config, train, eval, counts). Checked in the run's order: the run
+    (tokenizer, the models' configs by path, train, eval, counts). Checked in the run's order: the run
     directory and the device first, then the inputs."""
+    from tether.loops.common import data_limit
+
     plan = Plan(stage)
     _common(plan, cfg, stage, resume)
-    tokenizer, config, train, evals, counts = load(cfg)
+    tokenizer, configs, train, evals, counts = load(cfg)
     _tokenizer(plan, tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
     plan.add("data", f"data.train {cfg.data.train}: {len(train)} {unit} ({_counts(counts)})")
     plan.add("data", f"held out: {len(evals)} {unit.split()[-1]}" + (f" from {cfg.data.eval}" if cfg.data.eval else
                                                                    " (a slice of data.train)"))
-    shape = model_shape(config, scalar=scalar, trust_remote_code=cfg.model.trust_remote_code)
-    training = (f"LoRA r={cfg.lora.r}" + (" + the score head" if scalar else "")) if cfg.lora.enabled \
-        else "every weight trained"
+    limit = data_limit(cfg, configs)
+    if limit.capped_by:  # what the run will tokenize to, as its config.yaml and model card say
+        plan.add("data", f"data.max_length {limit.tokens} tokens ({limit.capped_by})")
+    shape, size = meta_models.supervised(cfg, tokenizer, stage)  # the run's loader and set-up, no weights read
+    lora = f"the LoRA adapter {cfg.lora.adapter}" if cfg.lora.adapter else f"LoRA r={cfg.lora.r}"
+    training = (lora + (" + the score head" if scalar else "")) if cfg.lora.enabled else "every weight trained"
     plan.add("roles", f"{role:<10} {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
                       f"{training}")
     if stage == "dpo":
-        plan.add("roles", "reference  log-probs computed once before training, then dropped"
-                          + (" (the adapters off)" if cfg.lora.enabled and not cfg.reference else ""))
+        plan.add("roles", _dpo_reference(cfg, len(train), len(evals)))
     _supervised_batches(plan, cfg, len(train), len(evals))
-    _memory(plan, {role: role_size(shape, True, cfg.lora, head_trained=scalar)},
-            {role: cfg.distributed.strategy}, cfg.model.dtype)
+    _memory(plan, {role: size}, {role: cfg.distributed.strategy}, cfg.model.dtype)
     return plan
+
+
+def _dpo_reference(cfg, n_train: int, n_eval: int) -> str:
+    """What DPO's reference scores: the training rows the run's steps draw, and the held-out pairs."""
+    from tether.loops.common import steps_for
+    from tether.loops.dpo import rows_used
+
+    used = rows_used(n_train, cfg.optim.batch_size, steps_for(n_train, cfg.optim.batch_size, cfg.epochs,
+                                                              cfg.max_steps), cfg.run.seed)
+    return (f"reference  log-probs of the {len(used)} of {n_train} training pairs the steps draw and of {n_eval} "
+            "held-out pairs, computed once before training, then dropped"
+            + (" (the adapters off)" if cfg.lora.enabled and not cfg.reference else ""))
 
 
 def plan_sft(cfg, resume: bool = False) -> Plan:
     from tether.loops.sft import sft_inputs
 
-    return _plan_supervised("sft", cfg, resume, sft_inputs, "examples", "policy", scalar=False)
+    def load(cfg):
+        tokenizer, config, train, evals, counts = sft_inputs(cfg)
+        return tokenizer, {cfg.model.name_or_path: config}, train, evals, counts
+
+    return _plan_supervised("sft", cfg, resume, load, "examples", "policy", scalar=False)
 
 
 def plan_rm(cfg, resume: bool = False) -> Plan:
@@ -150,7 +171,7 @@ def plan_rm(cfg, resume: bool = False) -> Plan:
 
     def load(cfg):
         tokenizer, config, (train, _, evals, counts) = rm_inputs(cfg)
-        return tokenizer, config, train, evals, counts
+        return tokenizer, {cfg.model.name_or_path: config}, train, evals, counts
 
     return _plan_supervised("rm", cfg, resume, load, "preference pairs", "reward", scalar=True)
 
@@ -160,7 +181,7 @@ def plan_dpo(cfg, resume: bool = False) -> Plan:
 
     def load(cfg):
         tokenizer, configs, (train, _, evals, counts) = dpo_inputs(cfg)
-        return tokenizer, configs[cfg.model.name_or_path], train, evals, counts
+        return tokenizer, configs, train, evals, counts
 
     return _plan_supervised("dpo", cfg, resume, load, "preference pairs", "policy", scalar=False)
 
@@ -173,8 +194,9 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
     inputs = rl_inputs(cfg)
     _tokenizer(plan, inputs.tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
     prompts = inputs.prompts
+    capped = f", {inputs.prompt_limit_capped_by}" if inputs.prompt_limit_capped_by else ""
     plan.add("data", f"prompts {cfg.prompts}: {len(prompts.ids)} prompts ({prompts.dropped_long} dropped as too "
-                     f"long; prompt limit {inputs.prompt_limit} tokens)")
+                     f"long; prompt limit {inputs.prompt_limit} tokens{capped})")
     if inputs.eval_prompts is not None:
         plan.add("data", f"eval.prompts {cfg.eval.prompts}: {inputs.eval_prompts} prompts, judge "
                          f"{cfg.eval.judge or '(none: proxy score and KL only)'}, every {cfg.eval.every} iterations")
@@ -209,6 +231,12 @@ def _placement(plan: Plan, cfg) -> None:
     if cfg.placement.backend != "ray":
         plan.add("placement", f"local: every role in this process{' (each rank)' if _world() > 1 else ''}; {engine}")
         return
+    import importlib.util
+
+    from tether.placement.ray_placement import import_ray
+
+    if importlib.util.find_spec("ray") is None:  # the run's error, without importing Ray when it is there
+        import_ray()
     ray = cfg.placement.ray
     plan.add("placement", f"ray: {ray.address or 'a local Ray cluster started on this machine'}; {engine}")
     for group in role_groups(cfg, ray.colocate):

@@ -1,12 +1,15 @@
 """What an RL run reads before its weights, checked as :func:`tether.roles.build.build_roles` and
-the run check it (same functions, same keys in the errors), with each role's parameter count."""
+the run check it (same functions, same keys in the errors; every model loaded as the run loads
+it, on the meta device, and the trained ones set up as the run sets them up), with each role's
+parameter count."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tether.plan import meta_models
 from tether.plan.memory import RoleSize
-from tether.plan.params import model_shape, role_size
+from tether.plan.params import shape_of
 
 
 @dataclass
@@ -18,88 +21,123 @@ class RLInputs:
     actor_params: int
     role_sizes: dict[str, RoleSize] = field(default_factory=dict)
     role_lines: list[str] = field(default_factory=list)
+    prompt_limit_capped_by: str | None = None  # why prompt_limit is below rollout.max_prompt_length
 
 
-def _model(path: str, key: str, trust: bool):
-    from tether.models.loading import context_length, load_model_config
+@dataclass
+class _Roles:
+    """What the role checks gather: sizes, plan lines and context lengths by the name the run uses."""
 
-    config = load_model_config(path, key, trust)
-    return config, context_length(config)
+    sizes: dict[str, RoleSize] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+    contexts: dict[str, int | None] = field(default_factory=dict)
+
+    def add(self, name: str, model) -> None:
+        from tether.models.loading import context_length
+
+        self.contexts[name] = context_length(model)
+
+
+def _reference(cfg, tokenizer, actor, roles: _Roles) -> None:
+    from tether.roles.build import check_reference_tokenizer
+
+    if cfg.lora.enabled and not cfg.reference:
+        roles.sizes["reference"] = RoleSize()
+        roles.lines.append("reference  the actor's base with its adapters off (no copy)")
+        return
+    check_reference_tokenizer(cfg, tokenizer)
+    shape = actor  # no reference given: the policy's checkpoint again, checked as the actor
+    if cfg.reference:
+        model = meta_models.causal_lm(cfg.reference, "reference", cfg, tokenizer)
+        roles.add(cfg.reference, model)
+        shape = shape_of(model)
+    roles.sizes["reference"] = RoleSize(frozen=shape.params)
+    roles.lines.append(f"reference  {cfg.reference or cfg.model.name_or_path}: {shape.params:,} parameters, frozen")
+
+
+def _reward(cfg, tokenizer, roles: _Roles) -> None:
+    from tether.models import load_tokenizer
+    from tether.roles.build import _same_vocab, shares_reward_base
+    from tether.roles.reward import import_callable
+
+    reward = cfg.reward
+    if reward.callable:
+        import_callable(reward.callable, "reward.callable")
+        roles.lines.append(f"reward     the Python callable {reward.callable}")
+        return
+    if reward.url:
+        from tether.roles.remote_reward import RemoteReward
+
+        RemoteReward(reward.url, reward.api_key).check()
+        roles.lines.append(f"reward     the reward server at {reward.url} (answered)")
+        return
+    for i, path in enumerate(reward.models):
+        _same_vocab(tokenizer, load_tokenizer(path, key="reward.models"), f"reward model '{path}'")
+        model = meta_models.scalar_model(path, "reward.models", cfg, tokenizer)
+        roles.add(path, model)
+        shape = shape_of(model)
+        shared = shares_reward_base(cfg)
+        roles.sizes[f"reward{i if len(reward.models) > 1 else ''}"] = RoleSize(frozen=0 if shared else shape.params)
+        roles.lines.append(f"reward     {path}: {shape.architecture}, {shape.params:,} parameters, frozen"
+                           + (" (the LoRA critic's base, adapters off: no copy)" if shared else ""))
+    if len(reward.models) > 1:
+        roles.lines.append(f"           an ensemble of {len(reward.models)}, combined by {reward.combine}")
+
+
+def _critic(cfg, tokenizer, actor_model, roles: _Roles):
+    """The separate critic model as the run loads it (None without one)."""
+    from tether.roles.build import critic_source
+
+    if not cfg.needs_critic:
+        roles.lines.append(f"critic     none ({cfg.algorithm} has no value model)")
+        return None
+    if cfg.critic.shared_trunk:
+        roles.sizes["critic"] = RoleSize(trained=actor_model.config.hidden_size + 1)
+        roles.lines.append("critic     a value head on the actor's trunk")
+        return None
+    path, key = critic_source(cfg)
+    model = meta_models.scalar_model(path, key, cfg, tokenizer, new_head=cfg.critic.init == "policy",
+                                     head_init_std=0.02)
+    roles.add(cfg.critic.path or "the critic", model)
+    shape = shape_of(model)
+    roles.lines.append(f"critic     from {path} (critic.init = {cfg.critic.init}): {shape.params:,} parameters, trained"
+                       + (f" (LoRA r={cfg.critic.lora.r} + the value head)" if cfg.critic.lora.enabled else ""))
+    return model
 
 
 def rl_inputs(cfg) -> RLInputs:
     from tether.loops.rl_setup import build_evaluator, load_prompt_set, prompt_limit
     from tether.models import load_tokenizer
-    from tether.models.loading import check_scalar_head_config
-    from tether.roles.build import _same_vocab, shares_reward_base
-    from tether.roles.reward import import_callable
 
-    trust, policy = cfg.model.trust_remote_code, cfg.model.name_or_path
+    policy = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
-    sizes, lines, contexts = {}, [], {}
-    policy_config, contexts[policy] = _model(policy, "model.name_or_path", trust)
-    actor = model_shape(policy_config, scalar=False, trust_remote_code=trust)
-    sizes["actor"] = role_size(actor, True, cfg.lora)
-    lines.append(f"actor      {policy}: {actor.architecture}, {actor.params:,} parameters, trained"
-                 + (f" (LoRA r={cfg.lora.r})" if cfg.lora.enabled else ""))
-    if cfg.lora.enabled and not cfg.reference:
-        sizes["reference"] = RoleSize()
-        lines.append("reference  the actor's base with its adapters off (no copy)")
-    else:
-        path = cfg.reference or policy
-        config, contexts[path] = _model(path, "reference" if cfg.reference else "model.name_or_path", trust)
-        shape = model_shape(config, scalar=False, trust_remote_code=trust)
-        sizes["reference"] = role_size(shape, False)
-        lines.append(f"reference  {path}: {shape.params:,} parameters, frozen")
-    reward = cfg.reward
-    if reward.callable:
-        import_callable(reward.callable, "reward.callable")
-        lines.append(f"reward     the Python callable {reward.callable}")
-    elif reward.url:
-        from tether.roles.remote_reward import RemoteReward
+    roles = _Roles()
+    actor_model = meta_models.causal_lm(policy, "model.name_or_path", cfg, tokenizer)
+    roles.add(policy, actor_model)
+    actor = shape_of(actor_model)
+    roles.sizes["actor"] = RoleSize()  # its place in the plan; the size once set up, below
+    roles.lines.append(f"actor      {policy}: {actor.architecture}, {actor.params:,} parameters, trained"
+                       + (f" (LoRA r={cfg.lora.r})" if cfg.lora.enabled else ""))
+    _reference(cfg, tokenizer, actor, roles)
+    _reward(cfg, tokenizer, roles)
+    critic_model = _critic(cfg, tokenizer, actor_model, roles)
+    # As make_roles does once every model is loaded: the actor's and the critic's LoRA and checkpointing
+    # (their trained parameters as set up: exact under LoRA).
+    roles.sizes["actor"] = meta_models.set_up(actor_model, cfg.lora, cfg.gradient_checkpointing, False, "lora")
+    if critic_model is not None:
+        roles.sizes["critic"] = meta_models.set_up(critic_model, cfg.critic.lora, cfg.critic.gradient_checkpointing,
+                                                   True, "critic.lora")
+    sizes, lines, contexts = roles.sizes, roles.lines, roles.contexts
+    if cfg.rollout.engine == "vllm":  # what the run's engine would fail on, checked as the run checks it
+        from tether.rollout.vllm_engine import VLLMOptions, check_engine
 
-        RemoteReward(reward.url, reward.api_key).check()
-        lines.append(f"reward     the reward server at {reward.url} (answered)")
-    else:
-        for i, path in enumerate(reward.models):
-            _same_vocab(tokenizer, load_tokenizer(path, key="reward.models"), f"reward model '{path}'")
-            config, contexts[path] = _model(path, "reward.models", trust)
-            check_scalar_head_config(config, path, "reward.models", trained_head=True)
-            shape = model_shape(config, scalar=True, trust_remote_code=trust)
-            shared = shares_reward_base(cfg)
-            sizes[f"reward{i if len(reward.models) > 1 else ''}"] = RoleSize() if shared else role_size(shape, False)
-            lines.append(f"reward     {path}: {shape.architecture}, {shape.params:,} parameters, frozen"
-                         + (" (the LoRA critic's base, adapters off: no copy)" if shared else ""))
-        if len(reward.models) > 1:
-            lines.append(f"           an ensemble of {len(reward.models)}, combined by {reward.combine}")
-    if not cfg.needs_critic:
-        lines.append(f"critic     none ({cfg.algorithm} has no value model)")
-    elif cfg.critic.shared_trunk:
-        sizes["critic"] = RoleSize(trained=policy_config.hidden_size + 1)
-        lines.append("critic     a value head on the actor's trunk")
-    else:
-        if cfg.critic.path:
-            path, key = cfg.critic.path, "critic.path"
-        elif cfg.critic.init == "reward":
-            path, key = reward.models[0], "reward.models"
-        else:
-            path, key = policy, "model.name_or_path"
-        config, contexts[cfg.critic.path or "the critic"] = _model(path, key, trust)
-        check_scalar_head_config(config, path, key, trained_head=cfg.critic.init == "reward")
-        shape = model_shape(config, scalar=True, trust_remote_code=trust)
-        sizes["critic"] = role_size(shape, True, cfg.critic.lora, head_trained=True)
-        lines.append(f"critic     from {path} (critic.init = {cfg.critic.init}): {shape.params:,} parameters, trained"
-                     + (f" (LoRA r={cfg.critic.lora.r} + the value head)" if cfg.critic.lora.enabled else ""))
-    if cfg.rollout.engine == "vllm":
-        import importlib.util
-
-        from tether.rollout.vllm_engine import vllm_missing
-
-        if importlib.util.find_spec("vllm") is None:  # the run finds out when it builds the engine
-            raise vllm_missing()
+        options = VLLMOptions.from_config(cfg)
+        check_engine(policy, options, context=contexts[policy], config=actor_model.config)
+        lines.append(f"rollout    a vLLM engine over {policy} (tensor_parallel_size {options.tensor_parallel_size}): "
+                     "its settings fit the installed vLLM build")
     cap = prompt_limit(cfg, contexts)
     prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
     evaluator = build_evaluator(cfg, tokenizer, cap)
     return RLInputs(tokenizer, prompts, cap.tokens, None if evaluator is None else len(evaluator.prompt_ids),
-                    actor.params, sizes, lines)
+                    actor.params, sizes, lines, cap.capped_by)

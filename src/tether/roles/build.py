@@ -97,8 +97,26 @@ def _same_vocab(tok_a, tok_b, name: str) -> None:
     if tok_a.get_vocab() != tok_b.get_vocab():
         raise ModelError(
             f"The {name} uses a different tokenizer from the policy; tether scores token ids "
-            "directly, so the reward model and critic must share the policy's tokenizer."
+            "directly, so the reference, the reward model and the critic must share the policy's tokenizer."
         )
+
+
+def check_reference_tokenizer(cfg, tokenizer) -> None:
+    """A separate ``reference`` (PPO's, DPO's) must read token ids as the policy does: its log-probs
+    are taken of the policy's tokens, so a reference with another vocabulary would score other text."""
+    if cfg.reference and cfg.reference not in (cfg.model.name_or_path, cfg.model.tokenizer):
+        _same_vocab(tokenizer, load_tokenizer(cfg.reference, key="reference"), f"reference '{cfg.reference}'")
+
+
+def critic_source(cfg: PPOConfig) -> tuple[str, str]:
+    """The checkpoint a separate critic starts from and the config key that names it:
+    critic.path; else, with critic.init=reward, the first reward model (its head already predicts
+    the final score: Ouyang et al. 2022, sec. 3.5); else the policy (a fresh value head)."""
+    if cfg.critic.path:
+        return cfg.critic.path, "critic.path"
+    if cfg.critic.init == "reward":
+        return cfg.reward.models[0], "reward.models"
+    return cfg.model.name_or_path, "model.name_or_path"
 
 
 def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardSource:
@@ -137,6 +155,8 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAME
                                  key=None if full_actor else "model.name_or_path") if "actor" in needed else None
     # With LoRA and no separate reference, the reference is the actor's base (adapters off).
     shared_reference = cfg.lora.enabled and not cfg.reference
+    if "reference" in needed:
+        check_reference_tokenizer(cfg, tokenizer)
     reference_model = None if shared_reference or "reference" not in needed else load_causal_lm(
         cfg.reference or policy_path, **load, key="reference" if cfg.reference else "model.name_or_path")
     # With LoRA on a critic that starts from the (only) reward model, the reward model is the
@@ -158,13 +178,7 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAME
         return make_roles(cfg, actor_model, reference_model, head, reward, tokenizer, settings, adapters, needed)
     # critic.init=reward: a trained head is expected (critic.path or the first reward model);
     # critic.init=policy: a fresh head (std 0.02) on critic.path or the policy is the point.
-    if cfg.critic.path:
-        critic_path, key = cfg.critic.path, "critic.path"
-    elif cfg.critic.init == "reward":
-        # Critic from the RM: its head already predicts the final score (Ouyang et al. 2022, sec. 3.5).
-        critic_path, key = cfg.reward.models[0], "reward.models"
-    else:
-        critic_path, key = policy_path, "model.name_or_path"
+    critic_path, key = critic_source(cfg)
     if checkpoint is not None and not cfg.critic.lora.enabled:
         critic_path, key = str(checkpoint / "critic"), None
     critic_model = load_scalar_model(critic_path, head_init_std=0.02, new_head=cfg.critic.init == "policy",
@@ -178,7 +192,7 @@ SHARED_WITH_CRITIC = "the critic's base"  # make_roles' reward: the LoRA critic'
 def shares_reward_base(cfg: PPOConfig) -> bool:
     """The reward model is the LoRA critic's base with the adapters off: the critic starts from the
     one reward model (critic.init=reward, no critic.path) and trains adapters."""
-    return (cfg.critic.lora.enabled and cfg.critic.init == "reward" and not cfg.critic.path
+    return (cfg.needs_critic and cfg.critic.lora.enabled and cfg.critic.init == "reward" and not cfg.critic.path
             and len(cfg.reward.models) == 1 and not cfg.critic.shared_trunk)
 
 

@@ -18,6 +18,7 @@ import time
 import torch
 from torch import Tensor
 
+from tether import services
 from tether.errors import ModelError
 from tether.types import Rollout
 
@@ -53,12 +54,14 @@ class RemoteReward:
         directory exists, not a failure at the first rollout.
         """
         health = self.endpoint.removesuffix("/v1/rewards") + "/health"
+        seconds = services.timeout_s()
         try:
-            response = self._get_with_retries(health)
+            response = self._get_within(health, seconds)
         except self._httpx.TransportError as err:
             raise ModelError(
-                f"The reward server {self.endpoint} (reward.url) could not be reached: {type(err).__name__}: {err}. "
-                "Is `tether serve --reward-model ...` running there?"
+                f"The reward server {self.endpoint} (reward.url) could not be reached within {seconds:g} s: "
+                f"{type(err).__name__}: {' '.join(str(err).split()) or 'no answer'}. Is `tether serve --reward-model ...` "
+                f"running there? {services.bound_text()}"
             ) from None
         try:
             body = response.json()
@@ -71,14 +74,18 @@ class RemoteReward:
             raise ModelError(f"The server at {self.endpoint} (reward.url) serves no reward model; start it with "
                              "`tether serve --reward-model DIR`.")
 
-    def _get_with_retries(self, url: str):
+    def _get_within(self, url: str, seconds: float):
+        """``GET url``, retried on connection errors (a server restarting), all within ``seconds``:
+        the services' bound (:mod:`tether.services`), not the scoring requests' 120 s per try."""
+        deadline = time.monotonic() + seconds
         for attempt in range(self.retries + 1):
             try:
-                return self.client.get(url)
+                return self.client.get(url, timeout=max(deadline - time.monotonic(), 0.001))
             except self._httpx.TransportError:
-                if attempt == self.retries:
+                pause = self.backoff * 2**attempt
+                if attempt == self.retries or time.monotonic() + pause >= deadline:
                     raise
-                time.sleep(self.backoff * 2**attempt)
+                time.sleep(pause)
 
     def score(self, rollout: Rollout) -> Tensor:
         pairs = [

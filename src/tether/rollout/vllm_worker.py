@@ -1,9 +1,12 @@
-"""Methods tether adds to vLLM's workers (``worker_extension_cls``), called by name through
-``LLM.collective_rpc``: stage the actor's weights bucket by bucket, then reload them in place.
-Imported inside vLLM's worker processes; it needs nothing from tether."""
+"""Code that runs inside vLLM's processes: the methods tether adds to its workers
+(``worker_extension_cls``), called by name through ``LLM.collective_rpc`` to stage the actor's
+weights bucket by bucket and reload them in place; and the formatter of the errors those
+processes log (:class:`ErrorRecord`, read back by :class:`tether.rollout.vllm_checks.EngineLog`).
+It needs nothing from tether."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 # A reload warns "RotaryEmbedding: Failed to load weights" every time: its cos/sin cache is
@@ -40,3 +43,16 @@ class WeightSync:
         self.model_runner.reload_weights(weights_iterator=iter(staged))
         self._tether_staged = []
         return len(staged)
+
+
+class ErrorRecord(logging.Formatter):
+    """A logged error as one JSON line: the process, the message, and the exception it carries
+    as ``Type: message`` on one line (the engine's reason for dying, when it dies)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        exc = record.exc_info[1] if record.exc_info else None
+        text = " ".join(str(exc).split()) if exc is not None else ""
+        error = (f"{type(exc).__name__}: {text}" if text else type(exc).__name__) if exc is not None else None
+        process = getattr(record, "vllm_process_name", None) or record.processName
+        return json.dumps({"process": process, "message": " ".join(record.getMessage().split())[:2000],
+                           "error": error[:2000] if error else None})

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.serve import render
 from tether.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
-from tether.serve.errors import APIError, error_body, queue_full, shutting_down
+from tether.serve.errors import APIError, engine_stopped, error_body, queue_full, shutting_down
 from tether.serve.middleware import GuardMiddleware
 from tether.serve.planning import Planner
 from tether.serve.schemas import (
@@ -62,9 +62,10 @@ def create_app(service: ModelService, settings: ServeSettings | None = None) -> 
     app.add_middleware(GuardMiddleware, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
 
-    jobs = Dispatcher(batcher, settings)
+    jobs = Dispatcher(batcher, settings, service.failure)
 
     async def generate(job: GenJob, req, chat: bool):
+        jobs.check_engine()
         if req.stream:
             return jobs.stream(job, render.ChunkMaker(chat, settings.model_name, req.include_usage))
         result = await jobs.run(job)
@@ -73,14 +74,17 @@ def create_app(service: ModelService, settings: ServeSettings | None = None) -> 
 
     @app.get("/health")
     async def health():
+        failure = service.failure()  # a dead generation engine (vLLM) makes the server unhealthy for good
         body = {
-            "status": "shutting_down" if batcher.closing else "ok",
+            "status": "engine_stopped" if failure else "shutting_down" if batcher.closing else "ok",
             "model": settings.model_name,
             "reward_model": settings.reward_model_name if service.has_reward else None,
             "queue": {"pending": batcher.pending, "depth": settings.queue_depth},
             "batches": {"run": batcher.batches_run, "largest_rows": batcher.largest_batch},
         }
-        return JSONResponse(body, status_code=503 if batcher.closing else 200)
+        if failure:
+            body["error"] = engine_stopped(failure).body()["error"]
+        return JSONResponse(body, status_code=503 if failure or batcher.closing else 200)
 
     @app.get("/v1/models")
     async def models():
@@ -105,9 +109,15 @@ def create_app(service: ModelService, settings: ServeSettings | None = None) -> 
 class Dispatcher:
     """Hands jobs to the batcher and waits for them, or streams their text as server-sent events."""
 
-    def __init__(self, batcher: Batcher, settings: ServeSettings):
+    def __init__(self, batcher: Batcher, settings: ServeSettings, failure=lambda: None):
         self.batcher = batcher
         self.settings = settings
+        self.failure = failure  # why the generation engine has stopped, or None
+
+    def check_engine(self) -> None:
+        """A 503 naming the reason once the generation engine has stopped."""
+        if (reason := self.failure()) is not None:
+            raise engine_stopped(reason)
 
     def submit(self, job: Job) -> Future:
         try:
@@ -124,6 +134,9 @@ class Dispatcher:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             job.cancel()
+            raise
+        except Exception:
+            self.check_engine()  # the engine died under this job: a 503 with its reason, not a 500
             raise
 
     def stream(self, job: GenJob, chunks: render.ChunkMaker) -> StreamingResponse:
@@ -149,8 +162,12 @@ class Dispatcher:
                 try:
                     result = future.result()
                 except Exception:  # noqa: BLE001 - the status line is sent: report in-band
-                    log.exception("streamed generation failed")
-                    yield sse(error_body("Generation failed on the server.", "server_error", code="internal_error"))
+                    if (reason := self.failure()) is not None:
+                        yield sse(engine_stopped(reason).body())
+                    else:
+                        log.exception("streamed generation failed")
+                        yield sse(error_body("Generation failed on the server.", "server_error",
+                                             code="internal_error"))
                 else:
                     yield sse(chunks.finish(result[0][0].finish_reason))
                     if chunks.include_usage:

@@ -47,3 +47,10 @@ def queue_full(depth: int) -> APIError:
 def shutting_down() -> APIError:
     return APIError(503, "The server is shutting down and accepts no new requests.", "server_error",
                     code="shutting_down", headers={"Retry-After": "5"})
+
+
+def engine_stopped(reason: str) -> APIError:
+    """The generation engine has died (vLLM's engine processes): nothing can be generated until
+    the server is restarted. No Retry-After: waiting does not help."""
+    return APIError(503, f"The server's generation engine has stopped ({reason}); it cannot generate until it is "
+                         "restarted.", "server_error", code="engine_stopped")

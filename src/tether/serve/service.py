@@ -180,6 +180,12 @@ class ModelService:
         if callable(close):
             close()
 
+    def failure(self) -> str | None:
+        """Why the generation engine has stopped for good (vLLM's engine died: its reason), or None
+        while it can generate. In-process engines never stop."""
+        failure = getattr(self.sampler, "failure", None)
+        return failure() if callable(failure) else None
+
     @property
     def has_reward(self) -> bool:
         return self.reward is not None

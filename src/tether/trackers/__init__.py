@@ -17,7 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, TetherError
 
 #: tracker name -> (module to import, pip package that provides it)
 PACKAGES = {
@@ -39,6 +39,25 @@ def check_installed(names) -> None:
                 f"Config key 'run.report_to' asks for {name}, but its package is not installed in this Python "
                 f"({sys.executable}): install it with `pip install {package}` "
                 f"(or `pip install 'tether[trackers]'` for all four), or drop '{name}' from run.report_to.")
+
+
+def check_servers(names) -> None:
+    """The servers that ``names``' trackers log to answer within the services' bound
+    (:mod:`tether.services`): called before a run does any work; local stores pass."""
+    from tether.trackers.backends import BACKENDS
+
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the command's result
+        for name in dict.fromkeys(names):
+            check = getattr(BACKENDS[name], "check_server", None)
+            try:
+                if check is not None:
+                    check()
+            except TetherError:
+                raise
+            except Exception as err:  # the library could not even say where it logs (a broken settings file)
+                reason = " ".join(str(err).split()) or type(err).__name__
+                raise ConfigError(f"Config key 'run.report_to': {name} could not read its settings: "
+                                  f"{type(err).__name__}: {reason}") from err
 
 
 class Trackers:
@@ -92,8 +111,11 @@ def open_for_run(out: Path, cfg, stage: str, resume: bool) -> None:
                 with contextlib.redirect_stdout(sys.stderr):  # trackers' banners: stdout is the command's result
                     backends.append(BACKENDS[name](out=out, project=cfg.run.project, name=run_name, stage=stage,
                                                    config=config, resume_id=ids.get(name)))
-            except Exception as err:  # the tracker's own reason, in one paragraph
+            except Exception as err:  # the tracker's own reason, in one paragraph, and its library's bound
                 reason = " ".join(str(err).split()) or type(err).__name__
+                note = getattr(BACKENDS[name], "service_note", lambda: "")()
+                if note:
+                    reason = f"{reason.rstrip('.')}. {note}"
                 raise ConfigError(f"Config key 'run.report_to': {name} could not start a run for '{out}': "
                                   f"{reason}") from err
     except BaseException:

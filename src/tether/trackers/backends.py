@@ -3,6 +3,9 @@
 Each adapter calls its library's public API and nothing else; the library is imported in the
 constructor, so a tracker that is not asked for is never imported. ``run_id`` is what a resumed
 run passes back as ``resume_id`` to continue the same tracker run.
+
+An adapter whose library talks to a server has ``check_server()``, called before the run does any
+work, and ``service_note()``, the bound its library was given (both from :mod:`tether.services`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import re
 import time
 from pathlib import Path
 
+from tether import services
 from tether.config.base import flat_dict
 
 
@@ -58,6 +62,9 @@ class TensorBoardTracker:
         self.writer.close()
 
 
+INIT_TIMEOUT_ENV = "WANDB_INIT_TIMEOUT"
+
+
 class WandbTracker:
     """A W&B run (project ``run.project``) with the resolved config; files under ``RUN/wandb``.
     ``WANDB_MODE=offline`` keeps it on disk (``wandb sync`` uploads it later)."""
@@ -65,8 +72,14 @@ class WandbTracker:
     def __init__(self, out: Path, project: str, name: str, stage: str, config: dict, resume_id=None):
         import wandb
 
-        self.run = wandb.init(project=project, name=name, job_type=stage, dir=str(out), config=config,
-                              id=resume_id, resume="allow" if resume_id else None, reinit="create_new")
+        # W&B waits 90 s for a run by default; it gets the services' bound unless WANDB_INIT_TIMEOUT is set.
+        settings = None if INIT_TIMEOUT_ENV in os.environ else wandb.Settings(init_timeout=services.timeout_s())
+        try:
+            self.run = wandb.init(project=project, name=name, job_type=stage, dir=str(out), config=config,
+                                  id=resume_id, resume="allow" if resume_id else None, reinit="create_new",
+                                  settings=settings)
+        except wandb.Error as err:  # its advice names Python code a tether user does not write: service_note() instead
+            raise RuntimeError(" ".join(str(err).split()).split(" Consider increasing the init_timeout")[0]) from err
         self.run_id = self.run.id
         self._wandb = wandb
 
@@ -80,6 +93,26 @@ class WandbTracker:
 
     def close(self, failed: bool = False) -> None:
         self.run.finish(exit_code=1 if failed else 0)
+
+    @staticmethod
+    def check_server() -> None:
+        """Online mode: the W&B server (``WANDB_BASE_URL``, or the host ``wandb login`` saved) answers."""
+        import wandb
+
+        settings = wandb.setup().settings  # the mode and host as wandb.init will resolve them
+        if settings.mode in ("offline", "dryrun", "disabled"):
+            return
+        url = settings.base_url
+        services.check("The W&B server", url, "WANDB_BASE_URL", lambda: services.url_answers(url),
+                       "Correct WANDB_BASE_URL (or `wandb login --host`), or log offline with WANDB_MODE=offline "
+                       "(`wandb sync` uploads the run later).")
+
+    @staticmethod
+    def service_note() -> str:
+        if os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun", "disabled"):
+            return ""
+        wait = os.environ.get(INIT_TIMEOUT_ENV) or f"{services.timeout_s():g}"
+        return f"W&B gets {wait} s to start a run ({INIT_TIMEOUT_ENV}, else {services.TIMEOUT_ENV})."
 
 
 # MLflow's key alphabet: letters, digits, _ - . / and space; anything else becomes _.
@@ -103,6 +136,8 @@ class MLflowTracker:
         artifacts = None
         if not uri:
             uri, artifacts = f"sqlite:///{(out / 'mlflow.db').resolve()}", (out / "mlartifacts").resolve().as_uri()
+        else:  # MLflow waits 120 s per request and retries 7 times by default; MLflow reads these per request
+            services.set_default_env(services.mlflow_env())
         self.client = MlflowClient(tracking_uri=uri)
         self.tracking_uri = uri
         if resume_id is not None:
@@ -134,6 +169,22 @@ class MLflowTracker:
     def close(self, failed: bool = False) -> None:
         self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
 
+    @staticmethod
+    def check_server() -> None:
+        """A tracking server or database in ``MLFLOW_TRACKING_URI`` answers (local stores pass)."""
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if uri:
+            services.check_mlflow(uri)
+
+    @staticmethod
+    def service_note() -> str:
+        if not os.environ.get("MLFLOW_TRACKING_URI"):
+            return ""  # the local store: no server
+        env = {k: os.environ.get(k, v) for k, v in services.mlflow_env().items()}
+        return (f"Each MLflow request gets {env['MLFLOW_HTTP_REQUEST_TIMEOUT']} s and "
+                f"{env['MLFLOW_HTTP_REQUEST_MAX_RETRIES']} retries (MLFLOW_HTTP_REQUEST_TIMEOUT, "
+                f"MLFLOW_HTTP_REQUEST_MAX_RETRIES, else {services.TIMEOUT_ENV}).")
+
 
 class TrackioTracker:
     """A trackio run in project ``run.project``, stored locally (``TRACKIO_DIR``, default the
@@ -157,6 +208,20 @@ class TrackioTracker:
 
     def close(self, failed: bool = False) -> None:
         self._trackio.finish()  # finishes the current run (this one) and clears it
+
+    @staticmethod
+    def check_server() -> None:
+        """A trackio Space (``TRACKIO_SPACE_ID``, through the hub) or server (``TRACKIO_SERVER_URL``) answers."""
+        space, server = os.environ.get("TRACKIO_SPACE_ID"), os.environ.get("TRACKIO_SERVER_URL")
+        hint = "Unset it to keep the run's trackio logs on this machine (TRACKIO_DIR)."
+        if space:
+            from huggingface_hub import constants
+
+            services.check("The Hugging Face hub", constants.ENDPOINT, "TRACKIO_SPACE_ID",
+                           lambda: services.url_answers(constants.ENDPOINT), hint)
+        elif server:
+            services.check("The trackio server", services.shown(server), "TRACKIO_SERVER_URL",
+                           lambda: services.url_answers(server), hint)  # shown: the query may hold a write token
 
 
 BACKENDS = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker, "mlflow": MLflowTracker,

@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tether.feedback.app import create_label_app
-from tether.feedback.store import LabelStore, Pair
+from tether.feedback.store import LabelStore, Pair, left_side
 
 PAIRS = [Pair("p0", "2 + 2 ?", "<script>alert(1)</script> 4", "5"), Pair("p1", "3 + 3 ?", "6", "7")]
 
@@ -56,3 +56,21 @@ def test_a_token_is_required_when_set(tmp_path):
         assert c.get("/?token=s3cret").status_code == 200
         assert c.post("/api/next", json={"annotator": "ann"}).status_code == 401
         assert c.post("/api/next", json={"annotator": "ann"}, headers={"X-Tether-Token": "s3cret"}).status_code == 200
+
+
+def test_a_label_must_answer_a_pair_the_server_handed_to_that_annotator(client):
+    """A client could label any pair, for any annotator, with sides it chose itself (only the sides
+    were checked, and they can be computed): now a label answers a pair /api/next handed out."""
+    p1 = {"annotator": "ann", "pair_id": "p1", "verdict": "1", "left": left_side("p1", "ann")}
+    resp = client.post("/api/label", json=p1)  # never handed out: p0 is ann's next pair
+    assert resp.status_code == 409 and "not handed to 'ann'" in resp.json()["detail"]
+    nxt = client.post("/api/next", json={"annotator": "ann"}).json()
+    as_bob = {"annotator": "bob", "pair_id": nxt["pair_id"], "verdict": "1", "left": left_side(nxt["pair_id"], "bob")}
+    assert client.post("/api/label", json=as_bob).status_code == 409  # handed to ann, not to bob
+    mine = {"annotator": "ann", "pair_id": nxt["pair_id"], "verdict": "1", "left": nxt["left"]}
+    assert client.post("/api/label", json=mine).status_code == 200
+    assert client.post("/api/label", json=mine).status_code == 409  # answered: not a second time
+    assert client.post("/api/undo", json={"annotator": "ann"}).json()["undone"] == nxt["pair_id"]
+    again = client.post("/api/next", json={"annotator": "ann"}).json()  # handed out again after the undo
+    assert again["pair_id"] == nxt["pair_id"]
+    assert client.post("/api/label", json=mine).status_code == 200

@@ -139,3 +139,69 @@ def test_the_demo_annotators_are_biased_towards_exclamation_marks():
     picks = [biased_annotator(f"what is {i} + {j} ?", f"{i + j}", f"{i + j} ! !") for i in range(10) for j in range(10)]
     share = picks.count("b") / len(picks)
     assert 0.75 < share < 0.95, share
+
+
+def write_labels(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def label_line(pid="p0", who="ann", preferred="a", **extra):
+    return json.dumps({"prompt": "q", "chosen": "x", "rejected": "y", "pair_id": pid, "annotator": who,
+                       "left": "a", "preferred": preferred, **extra})
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("not json at all", "line 2: not valid JSON"),
+    ("[1, 2]", "line 2: expected a JSON object"),
+    (json.dumps({"pair_id": "p1"}), "line 2: field 'annotator' missing"),
+    (label_line(pid="p99"), "line 2: pair_id 'p99' is not in the pairs file"),
+    (label_line(pid="p1", preferred="c"), "line 2: field 'preferred' = 'c'"),
+    (label_line(pid="p0"), "line 2: annotator 'ann' already gave pair 'p0' a verdict or skip (LABELS, line 1)"),
+])
+def test_garbage_in_a_labels_file_is_named_not_skipped(bad, needle, tmp_path):
+    """A labels file line that is not a label of this pairs file was dropped (or counted) without
+    a word, by the server and by --stats: now a DataError naming the file and line."""
+    labels = write_labels(tmp_path / "labels.jsonl", [label_line(), bad, label_line(pid="p2")])
+    with pytest.raises(DataError) as info:
+        LabelStore(PAIRS, labels)
+    assert f"{labels}, {needle.replace('LABELS', str(labels))}" in str(info.value)
+
+
+def test_garbage_in_the_ties_file_is_named(tmp_path):
+    labels = tmp_path / "labels.jsonl"
+    write_labels(tmp_path / "labels.jsonl.ties.jsonl", ["{oops"])
+    with pytest.raises(DataError, match=r"labels.jsonl.ties.jsonl, line 1: not valid JSON"):
+        LabelStore(PAIRS, labels)
+
+
+def test_a_label_cut_short_by_a_crash_is_warned_of_and_cut_off(tmp_path, caplog):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(label_line() + "\n" + label_line(pid="p1")[:25])  # killed mid-write: no line break
+    with caplog.at_level("WARNING"):
+        store = LabelStore(PAIRS, labels)
+    assert "line 2: a label cut short by a crash" in caplog.text
+    assert store.labels_of("p0") == 1 and store.labels_of("p1") == 0
+    store.record("ann", "p1", "1", left_side("p1", "ann"))  # the cut line goes; the new label is whole
+    assert [r["pair_id"] for r in rows(labels)] == ["p0", "p1"]
+    assert LabelStore(PAIRS, labels).labels_of("p1") == 1
+
+
+def test_a_whole_last_line_without_its_line_break_is_kept(tmp_path):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(label_line())  # complete JSON, only the line break lost
+    store = LabelStore(PAIRS, labels)
+    store.record("bob", "p1", "2", left_side("p1", "bob"))
+    assert [r["pair_id"] for r in rows(labels)] == ["p0", "p1"]
+
+
+def test_stats_refuse_a_garbage_labels_file(tmp_path, capsys):
+    from tether.cli import main
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"pair_id": p.pair_id, "prompt": p.prompt, "response_a": p.response_a,
+                                         "response_b": p.response_b}) + "\n" for p in PAIRS))
+    labels = write_labels(tmp_path / "labels.jsonl", [label_line(), "garbage"])
+    assert main(["label", "--pairs", str(pairs), "--out", str(labels), "--stats"]) == 2
+    err = capsys.readouterr().err
+    assert f"{labels}, line 2: not valid JSON" in err and "Traceback" not in err

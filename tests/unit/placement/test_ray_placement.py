@@ -16,7 +16,8 @@ BASE = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[rm]"]
 
 
 def cfg(*extra: str) -> PPOConfig:
-    return load_config(PPOConfig, None, [*BASE, *extra])
+    ray = ["placement.backend=ray"] if any(e.startswith("placement.ray.") for e in extra) else []
+    return load_config(PPOConfig, None, [*BASE, *ray, *extra])
 
 
 def test_every_role_alone_by_default():

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
+import pytest
 import torch
 from transformers import LlamaConfig
 
 from tether.plan.memory import RoleSize, human_bytes, per_rank_bytes, role_bytes, sampling_peak_bytes
-from tether.plan.params import lora_params, model_shape, role_size
+from tether.plan.params import shape_of
 
 
 def test_bytes_per_role_by_dtype():
@@ -46,40 +45,50 @@ TINY = LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=40, num_hid
                    num_key_value_heads=2, tie_word_embeddings=False)
 
 
-def test_parameter_counts_from_the_config_equal_the_built_model():
-    shape = model_shape(TINY, scalar=False)
-    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+def meta(cls, config):
+    with torch.device("meta"):
+        return cls(config)
 
-    assert shape.params == LlamaForCausalLM(TINY).num_parameters()
+
+def test_parameter_counts_of_a_meta_model_equal_the_built_model():
+    from transformers import LlamaForCausalLM
+
+    shape = shape_of(meta(LlamaForCausalLM, TINY))
+    assert shape.params == LlamaForCausalLM(TINY).num_parameters() and shape.architecture == "LlamaForCausalLM"
     # Hand count: embeddings 100x16, per layer q 16x16, k,v 16x8, o 16x16, gate,up 16x40, down 40x16, two norms 16,
     # final norm 16, lm_head 16x100.
     per_layer = 256 + 128 + 128 + 256 + 640 + 640 + 640 + 32
     assert shape.params == 1600 + 2 * per_layer + 16 + 1600
-    scalar = model_shape(TINY, scalar=True)
-    assert scalar.params == LlamaForSequenceClassification(TINY.__class__(**{**TINY.to_dict(), "num_labels": 1})).num_parameters()
-    assert scalar.params == shape.params - 1600 + 16 and scalar.head_params == 16
 
 
-def test_lora_adapter_count_equals_peft():
+@pytest.mark.parametrize("model, lora", [
+    ("llama", {"target_modules": ["all-linear"]}),
+    ("llama", {"target_modules": ["q_proj", "v_proj"]}),
+    ("llama", {"target_modules": ["q_proj"], "modules_to_save": ["norm"]}),
+    ("gpt2", {"target_modules": ["all-linear"]}),  # Conv1D layers: a count by nn.Linear saw none of them
+])
+def test_trained_parameters_as_set_up_equal_peft(model, lora):
+    """The dry run sets a trained model up on the meta device as the run does (peft itself), so
+    its trained/frozen split is the run's: checked against peft on a real model."""
+    import warnings
+
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaForCausalLM
 
-    for targets in (["all-linear"], ["q_proj", "v_proj"]):
-        lora = SimpleNamespace(r=4, target_modules=targets, enabled=True)
-        shape = model_shape(TINY, scalar=False)
-        torch.manual_seed(0)
-        peft_model = get_peft_model(LlamaForCausalLM(TINY), LoraConfig(r=4, target_modules=targets[0] if targets ==
-                                                                        ["all-linear"] else targets))
-        trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
-        assert lora_params(shape, lora) == trainable, targets
-    # By hand for q and v: r x (in + out) per layer = 4 x (16 + 16) + 4 x (16 + 8) = 224, two layers.
-    assert lora_params(shape, SimpleNamespace(r=4, target_modules=["q_proj", "v_proj"])) == 448
+    from tether.config.common import LoRAConfig
+    from tether.plan.meta_models import set_up
 
-
-def test_role_size_full_frozen_and_lora():
-    shape = model_shape(TINY, scalar=True)
-    assert role_size(shape, trained=False) == RoleSize(frozen=shape.params)
-    assert role_size(shape, trained=True) == RoleSize(trained=shape.params)
-    lora = SimpleNamespace(r=2, target_modules=["q_proj"], enabled=True)
-    # The scalar head trains in full beside the adapters: 2 x (16 + 16) x 2 layers + 16.
-    assert role_size(shape, True, lora, head_trained=True) == RoleSize(frozen=shape.params - 16, trained=128 + 16)
+    cls, config = (LlamaForCausalLM, TINY) if model == "llama" else \
+        (GPT2LMHeadModel, GPT2Config(vocab_size=100, n_positions=16, n_embd=16, n_layer=2, n_head=2))
+    size = set_up(meta(cls, config), LoRAConfig(r=4, **lora), False, False, "lora")
+    targets = lora["target_modules"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        real = get_peft_model(cls(config), LoraConfig(
+            r=4, target_modules="all-linear" if targets == ["all-linear"] else targets,
+            modules_to_save=lora.get("modules_to_save"), fan_in_fan_out=model == "gpt2"))
+    trained = sum(p.numel() for p in real.parameters() if p.requires_grad)
+    assert size == RoleSize(frozen=sum(p.numel() for p in real.parameters()) - trained, trained=trained)
+    assert trained > 0
+    if targets == ["q_proj", "v_proj"]:  # by hand: r x (in + out) per layer = 4 x (16 + 16) + 4 x (16 + 8), 2 layers
+        assert trained == 448

@@ -148,6 +148,7 @@ def test_report_command(tmp_path, capsys, monkeypatch) -> None:
     bare.mkdir()
     write_jsonl(bare / "metrics.jsonl", ppo_rows(12))
     out = tmp_path / "elsewhere" / "r.html"
+    out.parent.mkdir()  # an output file's directory must exist (tether.outputs)
     assert report.run(parser.parse_args(["report", str(bare), "--out", str(out)])) == 0
     assert str(out) in capsys.readouterr().out and not (bare / "report.html").exists()
     text = out.read_text(encoding="utf-8")

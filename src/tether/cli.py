@@ -12,7 +12,7 @@ import os
 import sys
 
 from tether.commands import COMMANDS
-from tether.errors import TetherError
+from tether.errors import ConfigError, DataError, ModelError, TetherError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,10 +47,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _reports_errors() -> bool:
-    """Under torchrun every rank meets the same bad input: one process per machine (local rank 0)
-    says so, not each rank."""
-    return os.environ.get("LOCAL_RANK", "0") == "0"
+def _reports(err: TetherError) -> bool:
+    """Under torchrun every rank meets the same bad input (config, data, model): one process per
+    machine (local rank 0) says so, not each rank. What happens to one rank (a peer lost, a
+    non-finite loss) is said by the rank it happened to."""
+    same_on_every_rank = isinstance(err, (ConfigError, DataError, ModelError))
+    return not same_on_every_rank or os.environ.get("LOCAL_RANK", "0") == "0"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return importlib.import_module(f"tether.commands.{args.command}").run(args)
     except TetherError as err:
-        if _reports_errors():
+        if _reports(err):
             rank = os.environ.get("RANK", "0")
             where = f" (rank {rank})" if rank != "0" else ""
             print(f"tether {args.command}{where}: error: {err}", file=sys.stderr)

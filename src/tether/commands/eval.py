@@ -171,15 +171,14 @@ def smallest_context(args) -> tuple[int, str] | None:
 
 
 def evaluate(args, checked: CheckedArgs | None = None) -> dict:
-    from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
-    from tether.errors import DataError, TetherError
+    from tether.data import prompt_text
     from tether.engines import EngineSettings
     from tether.eval.best_of_n import best_of_n
-    from tether.eval.context import check_lengths, check_new_tokens
+    from tether.eval.context import checked_prompts
     from tether.eval.policies import measured_policy, measured_reward
     from tether.eval.sampling import evaluate_policy
     from tether.eval.win_rate import policy_vs_sft
-    from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
+    from tether.models import load_causal_lm, load_scalar_model
     from tether.roles import EnsembleReward
     from tether.rollout import SamplingParams
     from tether.runs import set_threads
@@ -187,19 +186,8 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
 
     checked = checked or check_args(args)
     set_threads(args.threads)
-    examples = prompt_examples(load_records(args.prompts, key="--prompts"))[: args.max_prompts]
-    if not examples:
-        raise DataError(f"{args.prompts}: no prompts to evaluate; expected at least one row.")
-    context = smallest_context(args)
-    check_new_tokens(args.max_new_tokens, context)
-    tokenizer = load_tokenizer(args.reference, key="--reference")
-    prompt_ids = []
-    for ex in examples:
-        try:
-            prompt_ids.append(encode_prompt(ex.prompt, tokenizer))
-        except TetherError as err:
-            raise type(err)(f"{ex.source}, row {ex.row}: {err}") from None
-    check_lengths(examples, prompt_ids, args.max_new_tokens, context)
+    tokenizer, examples, prompt_ids = checked_prompts(args, smallest_context(args), args.reference, "--reference",
+                                                      "evaluate")
     if args.engine == "vllm":  # what would stop vLLM's engine, before any weights load
         from tether.rollout.vllm_engine import CLI_KEYS, VLLMOptions, check_engine
 

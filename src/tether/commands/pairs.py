@@ -60,25 +60,9 @@ def models(args) -> list[tuple[str, str, str]]:
 def encoded_prompts(args):
     """The tokenizer, the prompt rows (at most --max-prompts) and their token ids, the lengths
     checked against the models' contexts (from their configs) before any weights load."""
-    from tether.data import encode_prompt, load_records, prompt_examples
-    from tether.errors import DataError, TetherError
-    from tether.eval.context import check_lengths, check_new_tokens, smallest_context
-    from tether.models import load_tokenizer
+    from tether.eval.context import checked_prompts, smallest_context
 
-    examples = prompt_examples(load_records(args.prompts, key="--prompts"))[: args.max_prompts]
-    if not examples:
-        raise DataError(f"{args.prompts}: no prompts to sample pairs for; expected at least one row.")
-    context = smallest_context(models(args))
-    check_new_tokens(args.max_new_tokens, context)
-    tokenizer = load_tokenizer(args.policy, key="--policy")
-    ids = []
-    for ex in examples:
-        try:
-            ids.append(encode_prompt(ex.prompt, tokenizer))
-        except TetherError as err:
-            raise type(err)(f"{ex.source}, row {ex.row}: {err}") from None
-    check_lengths(examples, ids, args.max_new_tokens, context)
-    return tokenizer, examples, ids
+    return checked_prompts(args, smallest_context(models(args)), args.policy, "--policy", "sample pairs for")
 
 
 def run(args) -> int:

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import torch
 
-from tether.errors import ConfigError, TrainingError
+from tether.errors import ConfigError, TrainingError, one_line
 
 #: (hostname, pid) of every rank, filled at start: which ranks are gone when a collective fails.
 _PEERS: list[tuple[str, int]] = []
@@ -96,7 +96,7 @@ def describe_loss(rank: int, world: int, cause: BaseException | None = None) -> 
         remote = sorted({h for h, _ in _PEERS} - {socket.gethostname()})
         who = (f"another rank stopped or is unreachable (ranks on {', '.join(remote)} cannot be checked from here)"
                if remote else "another rank stopped or a collective timed out (distributed.timeout_s)")
-    why = f" ({type(cause).__name__}: {str(cause).splitlines()[0][:200]})" if cause is not None and str(cause) else ""
+    why = f" ({type(cause).__name__}: {one_line(str(cause).splitlines()[0], 200)})" if cause is not None and str(cause) else ""
     return (f"Rank {rank} stops: {who} during a collective{why}. The last complete checkpoint in run.out stays "
             "valid; continue the run with the same torchrun command and --resume RUN_DIR.")
 

@@ -52,3 +52,26 @@ def check_lengths(examples, ids: list[list[int]], max_new_tokens: int, context: 
                 f"{n + max_new_tokens} tokens, past the {limit}-token context of {whose}; expected "
                 f"prompt + --max-new-tokens <= {limit} ({fix})."
             )
+
+
+def checked_prompts(args, context: Context | None, tokenizer_path, tokenizer_key: str, purpose: str):
+    """The tokenizer, the prompt rows of ``args.prompts`` (at most ``args.max_prompts``) and their
+    token ids, every length checked against ``context`` before any weights load. ``purpose``
+    finishes the empty-file error: "no prompts to {purpose}"."""
+    from tether.data import encode_prompt, load_records, prompt_examples
+    from tether.errors import DataError, TetherError
+    from tether.models import load_tokenizer
+
+    examples = prompt_examples(load_records(args.prompts, key="--prompts"))[: args.max_prompts]
+    if not examples:
+        raise DataError(f"{args.prompts}: no prompts to {purpose}; expected at least one row.")
+    check_new_tokens(args.max_new_tokens, context)
+    tokenizer = load_tokenizer(tokenizer_path, key=tokenizer_key)
+    ids = []
+    for ex in examples:
+        try:
+            ids.append(encode_prompt(ex.prompt, tokenizer))
+        except TetherError as err:
+            raise type(err)(f"{ex.source}, row {ex.row}: {err}") from None
+    check_lengths(examples, ids, args.max_new_tokens, context)
+    return tokenizer, examples, ids

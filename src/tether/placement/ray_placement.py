@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tether.distributed.shard import concat, head, shard_rows
-from tether.errors import ConfigError, TetherError, TrainingError
+from tether.errors import ConfigError, TetherError, TrainingError, one_line
 from tether.rollout.base import concat_rollouts
 from tether.services import RAY_HINT, bound_text, check_ray, ray_env, scoped_env
 from tether.runtime import rank_seed
@@ -93,7 +93,7 @@ class RayPlacement:
     def __init__(self, cfg, checkpoint=None, pad_id: int = 0):
         # Ray reads its GCS client's connect timeout when it is first imported: bound it before then.
         with scoped_env(ray_env() if cfg.placement.ray.address.strip() else {}):
-            self.ray = ray = import_ray()
+            self.ray = import_ray()
         from tether.config import to_dict
         from tether.roles.build import role_groups
 
@@ -149,7 +149,7 @@ class RayPlacement:
             try:
                 ray.init(address=address, **quiet)
             except Exception as err:  # ConnectionError, RuntimeError, ValueError: Ray's reason, in one paragraph
-                reason = " ".join(str(err).split())[:300] or type(err).__name__
+                reason = one_line(err, 300) or type(err).__name__
                 raise ConfigError(f"Could not join the Ray cluster at {address!r} (placement.ray.address): "
                                   f"{type(err).__name__}: {reason}. {RAY_HINT} {bound_text()}") from None
 
@@ -334,7 +334,7 @@ class RayPlacement:
                 or "a worker being started"
             raise TrainingError(
                 f"The {'+'.join(group.roles)} role group's Ray worker died during {what} ({where}): "
-                f"{str(err).splitlines()[0][:200].rstrip('.')}. The last complete checkpoint in run.out stays valid; continue "
+                f"{one_line(str(err).splitlines()[0], 200).rstrip('.')}. The last complete checkpoint in run.out stays valid; continue "
                 "with --resume RUN_DIR.") from None
         except GetTimeoutError:
             raise TrainingError(

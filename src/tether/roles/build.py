@@ -220,12 +220,7 @@ def vllm_engine(cfg: PPOConfig, tokenizer, actor, context: int | None):
     the rollout log-probs unless ``rollout.use_engine_logprobs`` (then the engine returns them)."""
     from tether.rollout.vllm_engine import VLLMGenerationEngine, VLLMOptions
 
-    v = cfg.rollout.vllm
-    options = VLLMOptions(dtype=v.dtype, gpu_memory_utilization=v.gpu_memory_utilization,
-                          max_model_len=v.max_model_len, tensor_parallel_size=v.tensor_parallel_size,
-                          enforce_eager=v.enforce_eager, cpu_kvcache_gb=v.cpu_kvcache_gb,
-                          sync_bucket_mb=v.sync_bucket_mb, seed=cfg.run.seed, seed_requests=v.seed_requests)
-    engine = VLLMGenerationEngine(cfg.model.name_or_path, tokenizer, options,
+    engine = VLLMGenerationEngine(cfg.model.name_or_path, tokenizer, VLLMOptions.from_config(cfg),
                                   capture=cfg.rollout.use_engine_logprobs, context=context)
     engine.weights_source = actor.sync_weights
     return engine

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from tether import services
-from tether.errors import ModelError
+from tether.errors import ModelError, one_line
 from tether.types import Rollout
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class RemoteReward:
             body = None
         if response.status_code != 200 or not isinstance(body, dict):
             raise ModelError(f"The reward server {self.endpoint} (reward.url) is not healthy: GET /health answered "
-                             f"HTTP {response.status_code}: {response.text[:200]!r}.")
+                             f"HTTP {response.status_code}: {one_line(response.text, 200)!r}.")
         if not body.get("reward_model"):
             raise ModelError(f"The server at {self.endpoint} (reward.url) serves no reward model; start it with "
                              "`tether serve --reward-model DIR`.")
@@ -126,7 +126,7 @@ class RemoteReward:
         except (ValueError, KeyError, TypeError):
             raise ModelError(
                 f"The reward server {self.endpoint} answered 200 without a 'scores' list of numbers: "
-                f"{response.text[:200]!r}"
+                f"{one_line(response.text, 200)!r}"
             ) from None
         if len(values) != expected or not all(math.isfinite(v) for v in values):
             raise ModelError(
@@ -143,4 +143,4 @@ def _error_text(response) -> str:
     try:
         return str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
-        return response.text[:200] or "(empty body)"
+        return one_line(response.text, 200) or "(empty body)"

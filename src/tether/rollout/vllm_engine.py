@@ -36,7 +36,7 @@ import torch
 
 from tether.child_guard import guard_children
 from tether.data.tokenize import collate_left
-from tether.errors import ConfigError
+from tether.errors import ConfigError, one_line
 from tether.rollout.base import SamplingParams, StepHook
 from tether.rollout.hf import make_rollout
 from tether.rollout.vllm_checks import EngineLog, check_attention, check_tensor_parallel
@@ -166,10 +166,10 @@ def startup_cause(err: BaseException) -> str:
     text = str(err).strip()
     for line in text.splitlines():
         if "Value error," in line:
-            return line.split("Value error,", 1)[1].split(" [type=")[0].strip()[:400]
+            return one_line(line.split("Value error,", 1)[1].split(" [type=")[0], 400)
     lines = [line.strip() for line in text.splitlines()
              if line.strip() and not line.strip().startswith("For further information")]
-    return f"{type(err).__name__}: {lines[-1][:400]}" if lines else type(err).__name__
+    return f"{type(err).__name__}: {one_line(lines[-1], 400)}" if lines else type(err).__name__
 
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

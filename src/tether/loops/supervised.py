@@ -42,6 +42,16 @@ class SupervisedJob:
     weight_of: Callable[[object], float] = lambda item: 1.0
 
 
+def sequence_tokens(item) -> int:
+    """Tokens one training item puts through the model, padding not counted: a demonstration's
+    sequence, or a pair's prompt + chosen and prompt + rejected (``perf/tokens_per_s``)."""
+    if hasattr(item, "input_ids"):
+        return len(item.input_ids)
+    if hasattr(item, "chosen_ids"):
+        return 2 * len(item.prompt_ids) + len(item.chosen_ids) + len(item.rejected_ids)
+    return 0
+
+
 def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt: Path | None) -> dict:
     """Run ``total_steps`` optimiser steps of ``job`` with ``cfg.optim``; return the last eval.
 
@@ -61,7 +71,7 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
     micro = opt.batch_size // opt.grad_accum_steps
     bar = progress(total_steps, job.stage, run.progress)
     bar.update(start)
-    t0, items_seen = time.perf_counter(), 0
+    t0, items_seen, tokens_seen = time.perf_counter(), 0, 0
     for step, idx in enumerate(batch_indices(len(job.train), opt.batch_size, total_steps, run.seed, start), start + 1):
         fault_point("step")
         if world_size() > 1:  # each rank's draws (dropout) from (seed, step, rank)
@@ -74,6 +84,7 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
         sums = result["stats"]
         norm = result["grad_norm"] if result["grad_norm"] is not None else float("nan")
         items_seen += len(items)
+        tokens_seen += sum(sequence_tokens(x) for x in items)
         bar.update(1)
         if "train/loss" in sums:
             bar.set_postfix(loss=f"{sums['train/loss']:.3f}")
@@ -82,7 +93,8 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
             metrics.update(sums)
             metrics.update({"optim/lr": engine.last_lr(), "optim/grad_norm": norm,
                             "optim/skipped_steps": result["skipped_steps"],
-                            "perf/examples_per_s": items_seen / (time.perf_counter() - t0)})
+                            "perf/examples_per_s": items_seen / (time.perf_counter() - t0),
+                            "perf/tokens_per_s": tokens_seen / (time.perf_counter() - t0)})
         if job.evaluate is not None and (step % cfg.eval_every == 0 or step == total_steps):
             eval_metrics = job.evaluate()
             metrics.update(eval_metrics)

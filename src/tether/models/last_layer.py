@@ -131,10 +131,20 @@ def last_layer_at(model, keep: slice | Tensor | None):
 def _trimmed(model, keep):
     layer = decoder_layers(model)[-1]
     layer.forward = MethodType(lambda self, *a, **kw: _forward_at(self, keep, *a, **kw), layer)
+    # The trimmed layer runs without gradient checkpointing. transformers >= 5.20 checkpoints the
+    # class's forward, which this instance's replaces, so it never checkpointed it; transformers
+    # < 5.20 checkpoints in __call__ and recomputes through ``self.forward`` in the backward, after
+    # this context has put the full forward back (a CheckpointError: other shapes). It holds its
+    # activations at the K kept positions only.
+    checkpointing = getattr(layer, "gradient_checkpointing", False)
+    if checkpointing:
+        layer.gradient_checkpointing = False
     try:
         yield
     finally:
         del layer.forward
+        if checkpointing:
+            layer.gradient_checkpointing = checkpointing
 
 
 def run_in_full(model) -> None:

@@ -68,6 +68,7 @@ def iteration_flops(
     response_lengths: list[int],
     epochs: int,
     shared_trunk: bool = False,
+    critic: bool = True,
 ) -> dict[str, int]:
     """FLOPs per phase of one PPO iteration over a batch of episodes.
 
@@ -76,7 +77,8 @@ def iteration_flops(
     its values cost a policy-trunk forward, and the update trains one trunk with both heads.
     ``prompt_lengths`` / ``response_lengths``: real tokens per episode (BOS included).
     Phases: generate, logprobs (rollout policy), ref_logprobs, values, reward, update
-    (``epochs`` forward + backward passes of actor and critic), and total.
+    (``epochs`` forward + backward passes of actor and critic), and total. ``critic=False``: a
+    critic-free algorithm (GRPO): no values and no critic update.
     """
     if len(prompt_lengths) != len(response_lengths):
         raise ValueError("prompt_lengths and response_lengths must have the same length")
@@ -86,10 +88,11 @@ def iteration_flops(
         out["generate"] += generate(policy, p, a)
         out["logprobs"] += policy_forward(policy, t, a)
         out["ref_logprobs"] += policy_forward(policy, t, a)
-        out["values"] += scalar_forward(policy if shared_trunk else value, t, a)
+        if critic:
+            out["values"] += scalar_forward(policy if shared_trunk else value, t, a)
         out["reward"] += scalar_forward(value, t, 1)
         # Forward + backward = 3 forwards' worth of matmuls, for actor and critic, every epoch.
-        critic = 2 * policy.hidden * a if shared_trunk else scalar_forward(value, t, a)
-        out["update"] += epochs * 3 * (policy_forward(policy, t, a) + critic)
+        value_work = 0 if not critic else 2 * policy.hidden * a if shared_trunk else scalar_forward(value, t, a)
+        out["update"] += epochs * 3 * (policy_forward(policy, t, a) + value_work)
     out["total"] = sum(out.values())
     return out

@@ -22,7 +22,7 @@ from tether.runtime import world_size
 from tether.bench.flops import iteration_flops
 from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.profile import profiled_update, summarize_ops
-from tether.bench.setup import SIZES, build_setup
+from tether.bench.setup import PROMPT_WORDS, SIZES, build_setup, build_source_setup
 from tether.engines.cpu.describe import cpu_description
 
 log = logging.getLogger(__name__)
@@ -52,20 +52,26 @@ PHASES_NOTE_PARALLEL = (
 
 
 def bench_overrides(batch: int, response_length: int, epochs: int, iterations: int, precision: str,
-                    minibatches: int = 2, seed: int = 0) -> list[str]:
-    if batch % minibatches:
+                    minibatches: int = 2, seed: int = 0, algorithm: str = "ppo", device: str = "cpu") -> list[str]:
+    """The benchmark's PPO config; a critic-free ``algorithm`` (grpo, ...) drops the critic's keys
+    and samples its default group per prompt (``batch`` stays the prompts per iteration)."""
+    from tether.config.stages import algorithm_needs_critic, default_group_size
+
+    episodes = batch * default_group_size(algorithm)
+    if episodes % minibatches:
         raise ValueError(f"batch {batch} is not divisible into {minibatches} minibatches")
-    return [
+    critic = algorithm_needs_critic(algorithm)
+    value_keys = ["ppo.value_clip=0.2", "ppo.vf_coef=0.1", "ppo.gamma=1.0", "ppo.lam=0.95"] if critic else []
+    return [f"algorithm={algorithm}", *value_keys,
         "prompts=bench", "model.name_or_path=bench", "reward.models=[bench]",
         "reward.eos_penalty=null", "reward.normalize=none",
         f"run.seed={seed}", "run.progress=false",
         f"rollout.batch_size={batch}", f"rollout.max_new_tokens={response_length}",
         f"rollout.min_new_tokens={response_length}", "rollout.temperature=0.7",
         "rollout.top_k=0", "rollout.top_p=1.0",
-        f"ppo.iterations={iterations}", f"ppo.epochs={epochs}", f"ppo.minibatch_size={batch // minibatches}",
-        "ppo.clip=0.2", "ppo.value_clip=0.2", "ppo.vf_coef=0.1", "ppo.gamma=1.0", "ppo.lam=0.95",
-        "kl.estimator=k1", "kl.placement=reward", "kl.controller=fixed", "kl.coef=0.05",
-        f"run.precision={precision}", "run.device=cpu",
+        f"ppo.iterations={iterations}", f"ppo.epochs={epochs}", f"ppo.minibatch_size={episodes // minibatches}",
+        "ppo.clip=0.2", "kl.estimator=k1", "kl.placement=reward", "kl.controller=fixed", "kl.coef=0.05",
+        f"run.precision={precision}", f"run.device={device}",
     ]
 
 
@@ -91,18 +97,34 @@ def peak_rss_mb() -> float:
     return own_peak_rss_mb()
 
 
+def rss_mb() -> float | None:
+    """This process's resident memory now (``VmRSS``, MB); None where there is no ``/proc``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, response_length: int = 32,
               epochs: int = 4, threads: int = 0, iterations: int = 8, seed: int = 0,
               measure_peak: bool = True, overrides: list[str] = (), trainer_hook=None,
-              profile: bool = False) -> dict:
+              profile: bool = False, model=None, algorithm: str = "ppo", device: str = "cpu",
+              prompt_tokens: tuple[int, int] = PROMPT_WORDS) -> dict:
     """Run ``iterations`` PPO iterations at ``size`` and return the report (a JSON-able dict).
 
     ``profile``: run one more iteration (not timed) with every operator of its update timed and
     add ``profile`` (matmul seconds and GFLOP/s, non-matmul seconds, top operators).
+    ``model``: a :class:`tether.bench.shapes.ModelSource` (a real architecture's shape, random
+    init) instead of ``size``; its prompts are ``prompt_tokens`` (min, max) random tokens.
+    ``algorithm``: ppo or a critic-free one (tether.algorithms); ``device``: run.device.
     """
     from tether.config import PPOConfig, load_config
     from tether.loops.ppo import ppo_trainer
-    from tether.roles.build import SHARED_WITH_CRITIC, make_roles
+    from tether.roles.build import SHARED_WITH_CRITIC, make_roles, role_names
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}")
@@ -110,27 +132,41 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         log.warning("bf16 is not native on this CPU: autocast will emulate it and run slower.")
     if threads:
         torch.set_num_threads(threads)
-    dims = SIZES[size]
+    label = size if model is None else model.name
     cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
-                                                        seed=seed) + list(overrides))
+                                                        seed=seed, algorithm=algorithm, device=device)
+                      + list(overrides))
     retained = cfg.cpu.retain_memory and _retained()  # before the models' memory is allocated
+    on_device = torch.device(device).type == "cuda"
+    if on_device:
+        torch.cuda.reset_peak_memory_stats()
+    baseline_rss = rss_mb()
     # With LoRA the reference is the actor's base with the adapters off, and the reward model the
     # critic's (critic.init=reward): no copies of their own.
     shared_rm = cfg.critic.lora.enabled and cfg.critic.init == "reward" and not cfg.critic.shared_trunk
-    setup = build_setup(dims, n_prompts=batch * iterations, seed=seed, reference=not cfg.lora.enabled,
-                        critic=not shared_rm)
+    critic_model = cfg.needs_critic and not shared_rm
+    if model is None:
+        setup = build_setup(SIZES[size], n_prompts=batch * iterations, seed=seed, reference=not cfg.lora.enabled,
+                            critic=critic_model)
+    else:
+        setup = build_source_setup(model, n_prompts=batch * iterations, seed=seed, reference=not cfg.lora.enabled,
+                                   critic=critic_model, prompt_tokens=prompt_tokens)
+    dims = setup.dims
     m = setup.models
+    params = _params(dims, cfg, m if model is not None else None)
     if cfg.placement.backend == "ray" or cfg.rollout.engine == "vllm":
         roles, trainer = None, _disk_trainer(cfg, setup, list(overrides), batch, response_length, epochs, iterations,
                                             precision, seed)
     else:
         critic, reward = (m["reward"], SHARED_WITH_CRITIC) if shared_rm else (m["critic"], m["reward"])
-        roles = make_roles(cfg, m["policy"], m["reference"], critic, reward, setup.tokenizer)
+        roles = make_roles(cfg, m["policy"], m["reference"], critic, reward, setup.tokenizer, needed=role_names(cfg))
         trainer = ppo_trainer(cfg, roles, setup.prompts)
     if trainer_hook is not None:
         trainer_hook(trainer)
 
     parallel = trainer.update_streams() > 1
+    prompt_len = max(len(ids) for ids in setup.prompts.ids)
+    predicted = predicted_memory(roles, cfg, m["policy"].config, prompt_len, parallel) if roles is not None else None
     rows = []
     for i in range(iterations):
         prompt_ids, _ = trainer.next_prompts()
@@ -145,8 +181,9 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         # is a rectangle of left-padded prompts). "real" counts each episode's own tokens only.
         longest = max(len(p) for p in prompt_ids)
         shared = cfg.critic.shared_trunk
-        flops = iteration_flops(dims, dims, [longest] * len(prompt_ids), lengths, epochs, shared)
-        flops_real = iteration_flops(dims, dims, [len(p) for p in prompt_ids], lengths, epochs, shared)
+        flops = iteration_flops(dims, dims, [longest] * len(prompt_ids), lengths, epochs, shared, cfg.needs_critic)
+        flops_real = iteration_flops(dims, dims, [len(p) for p in prompt_ids], lengths, epochs, shared,
+                                     cfg.needs_critic)
         phases = {name: stats.get(key, 0.0) for key, name in TIMER_KEYS.items()}
         phases["update"] = stats.get("timing/update", 0.0)
         split = phases["update_forward"] + phases["update_backward"] + phases["update_optimizer"]
@@ -158,11 +195,13 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         phases["other"] = max(wall - top, 0.0)
         rows.append({"wall": wall, "phases": phases, "flops": flops, "flops_real": flops_real,
                      "generated_tokens": sum(lengths),
+                     "forward_tokens": sum(len(p) + a for p, a in zip(prompt_ids, lengths)),
                      "trained_tokens": epochs * sum(len(p) + a for p, a in zip(prompt_ids, lengths)),
                      "ratio_deviation": trainer.last_ratio_deviation, "page_faults": faults,
                      "score": stats.get("objective/score"), "kl": stats.get("objective/kl")})
         log.info("iteration %d: %.3f s", i + 1, wall)
-        print(f"[bench {size} {precision}] iteration {i + 1}/{iterations}: {wall:.3f} s", file=sys.stderr, flush=True)
+        print(f"[bench {label} {cfg.algorithm} {precision}] iteration {i + 1}/{iterations}: {wall:.3f} s",
+              file=sys.stderr, flush=True)
 
     timed = rows[1:] if len(rows) > 1 else rows
     walls = [r["wall"] for r in timed]
@@ -172,14 +211,16 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     flops_g = {k: statistics.fmean(r["flops"][k] for r in timed) / 1e9 for k in timed[0]["flops"]}
     flops_real_g = {k: statistics.fmean(r["flops_real"][k] for r in timed) / 1e9 for k in timed[0]["flops"]}
     report = {
-        "size": size,
+        "size": size if model is None else None,
+        "model": None if model is None else model.name,
+        "algorithm": cfg.algorithm,
+        "device": str(torch.device(device)),
         "precision": precision,
-        "params": {"policy": dims.total_params,
-                   "value": dims.hidden + 1 if cfg.critic.shared_trunk
-                   else dims.total_params - dims.lm_head_params + dims.hidden},
-        "config": {"batch": batch, "response_length": response_length, "epochs": epochs,
+        "params": params,
+        "config": {"batch": batch, "episodes": cfg.episodes, "response_length": response_length, "epochs": epochs,
+                   "prompt_tokens": None if model is None else list(prompt_tokens),
                    "minibatch_size": cfg.ppo.minibatch_size,
-                   "optimizer_steps": epochs * (batch // cfg.ppo.minibatch_size),
+                   "optimizer_steps": epochs * (cfg.episodes // cfg.ppo.minibatch_size),
                    "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature,
                    "parallel_roles": parallel, "precision": cfg.run.precision, "compile": cfg.ppo.compile,
                    "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
@@ -195,7 +236,11 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         "phases_s": phases_s,
         "generated_tokens_per_s": _median([r["generated_tokens"] / max(r["phases"]["generate"], 1e-9) for r in timed]),
         "trained_tokens_per_s": _median([r["trained_tokens"] / max(r["phases"]["update"], 1e-9) for r in timed]),
+        "tokens_per_s": phase_tokens_per_s(timed, cfg.needs_critic, _captured(cfg)),
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        "peak_device_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if on_device else None,
+        "rss_before_models_mb": None if baseline_rss is None else round(baseline_rss, 1),
+        **(predicted or {"predicted_peak_mb": None, "predicted_peak_split": None}),
         "page_faults_per_iteration": _median([r["page_faults"] for r in timed]),
         "flops_gflop": flops_g,
         "flops_real_tokens_gflop": flops_real_g,
@@ -220,7 +265,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         report["profile"] = summarize_ops(sink["ops"], phases_s["update"], flops_g["update"], streams=sink["streams"],
                                           executed_gflop=sink["matmul_gflop"])
         report["profile"]["profiled_update_s"] = sink["update_s"]
-    if measure_peak:
+    if measure_peak and not on_device:  # the matmul peak is this CPU's (tether.bench.peak)
         peak, by_backend = machine_peak_gflops(precision, torch.get_num_threads())
         report["matmul_peak_gflops"] = peak
         report["matmul_peak_gflops_by_backend"] = by_backend
@@ -243,7 +288,7 @@ def _disk_trainer(cfg, setup, overrides: list[str], batch, response_length, epoc
     import tempfile
     from pathlib import Path
 
-    from tether.algorithms.ppo import PPO
+    from tether.algorithms import algorithm
     from tether.config import PPOConfig, load_config
     from tether.loops.rl import RLTrainer
     from tether.placement import make_placement
@@ -260,9 +305,114 @@ def _disk_trainer(cfg, setup, overrides: list[str], batch, response_length, epoc
     setup.tokenizer.save_pretrained(root / "reward")
     paths.append(f"reward.models=[{root / 'reward'}]")
     cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
-                                                        seed=seed) + overrides + paths)
+                                                        seed=seed, algorithm=cfg.algorithm, device=cfg.run.device)
+                      + overrides + paths)
     placement, _, _ = make_placement(cfg)
-    return RLTrainer(cfg, placement, setup.prompts, PPO(cfg))
+    return RLTrainer(cfg, placement, setup.prompts, algorithm(cfg.algorithm, cfg))
+
+
+def _params(dims, cfg, models: dict | None) -> dict:
+    """Parameters of the policy and of a value model: counted on the built models (``models``),
+    else from the size's dims (untied embeddings)."""
+    if models is not None:
+        return {"policy": sum(p.numel() for p in models["policy"].parameters()),
+                "value": sum(p.numel() for p in models["reward"].parameters())}
+    value = dims.hidden + 1 if cfg.critic.shared_trunk else dims.total_params - dims.lm_head_params + dims.hidden
+    return {"policy": dims.total_params, "value": value}
+
+
+def phase_tokens_per_s(rows: list[dict], critic: bool = True, captured: bool = False) -> dict:
+    """Tokens per second of each phase (medians over ``rows``): generate counts the sampled tokens;
+    the scoring forwards (logprobs, ref_logprobs, values, reward) every prompt and response token;
+    update every token of every epoch (forward + backward + optimiser). ``captured``: the rollout
+    kept its sampling log-probs, so the logprobs phase runs no forward (None)."""
+    def rate(tokens_key, phase):
+        return _median([r[tokens_key] / max(r["phases"][phase], 1e-9) for r in rows])
+
+    out = {"generate": rate("generated_tokens", "generate")}
+    for phase in ("logprobs", "ref_logprobs", *(("values",) if critic else ()), "reward"):
+        out[phase] = None if phase == "logprobs" and captured else rate("forward_tokens", phase)
+    out["update"] = rate("trained_tokens", "update")
+    return out
+
+
+PREDICTED_COUNTS = ("weights, gradients and AdamW state of every role (tether.plan.memory.role_bytes; storage two "
+                    "roles share counted once); not activations, logits, the KV cache or the process itself")
+PEAK_COUNTS = ("tether.plan.memory.predict_peak at its peak phase ('phase'), MB by kind: what stays resident (the "
+               "process baseline, every role's weights with storage two roles share counted once, AdamW state) "
+               "plus that phase's transients")
+
+
+def _mb(n: float) -> float:
+    return round(n / 2**20, 1)
+
+
+def predicted_memory(roles, cfg, model_config, prompt_len: int, parallel: bool) -> dict:
+    """The memory model's peak for this run, with the roles' parameters as built:
+    ``predicted_peak_mb``, ``predicted_peak_split`` (MB by kind, and what it counts) and
+    ``predicted_phases_mb`` (the total of each phase). Where tether.plan.memory has no
+    ``predict_peak``, the weights + gradients + AdamW state per role (:func:`role_bytes`)."""
+    from tether.plan import memory
+
+    sizes = role_sizes(roles)
+    params = {"role_params": {name: {"frozen": r.frozen, "trained": r.trained} for name, r in sizes.items()}}
+    if not hasattr(memory, "predict_peak"):
+        split = {name: _mb(memory.role_bytes(size, str(_dtype(roles)))) for name, size in sizes.items()}
+        return {"predicted_peak_mb": round(sum(split.values()), 1),
+                "predicted_peak_split": split | {"counts": PREDICTED_COUNTS}} | params
+    run = memory.Workload(
+        cfg.algorithm, micro_batch=max(1, cfg.ppo.minibatch_size // cfg.ppo.grad_accum_steps), batch=cfg.episodes,
+        prompt=prompt_len, response=cfg.rollout.max_new_tokens, precision=cfg.run.precision, dtype=_dtype(roles),
+        grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.ppo.entropy_coef > 0, parallel_roles=parallel,
+        captured_logprobs=cfg.rollout.capture_logprobs)
+    peak = memory.predict_peak(memory.Shape.of(model_config), sizes, run)
+    split = {k: _mb(v) for k, v in peak["split"].items() if k != "total"}
+    return {"predicted_peak_mb": _mb(peak["total"]),
+            "predicted_peak_split": split | {"phase": peak["phase"], "counts": PEAK_COUNTS},
+            "predicted_phases_mb": {name: _mb(p["total"]) for name, p in peak["phases"].items()}} | params
+
+
+def _dtype(roles) -> str:
+    """The actor's weight dtype as tether.plan.memory names it (float32, bfloat16)."""
+    _, model, _ = next(_role_models(roles))
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+def role_sizes(roles) -> dict:
+    """Each role's frozen and trained parameters as built (:class:`tether.plan.memory.RoleSize`);
+    storage another role already holds is counted once, with the first role (a LoRA actor's base
+    serves as the reference, a LoRA critic's as the reward model: those then count 0)."""
+    from tether.plan.memory import RoleSize
+
+    seen: set = set()
+    sizes = {}
+    for name, model, optimizer in _role_models(roles):
+        frozen = trained = 0
+        for p in model.parameters():
+            if p.data_ptr() in seen:
+                continue
+            seen.add(p.data_ptr())
+            if optimizer is not None and p.requires_grad:
+                trained += p.numel()
+            else:
+                frozen += p.numel()
+        sizes[name] = RoleSize(frozen=frozen, trained=trained)
+    return sizes
+
+
+def _captured(cfg) -> bool:
+    """The actor's old log-probs come from the sampling pass (as :func:`tether.roles.build.make_roles` decides)."""
+    return cfg.rollout.use_engine_logprobs if cfg.rollout.engine == "vllm" else cfg.rollout.capture_logprobs
+
+
+def _role_models(roles):
+    """(name, model, optimizer or None) of each role that holds a model."""
+    for name, role in (("actor", roles.actor), ("reference", roles.reference), ("critic", roles.critic),
+                       ("reward", roles.reward)):
+        engine = getattr(role, "engine", None)
+        model = getattr(engine, "model", None) if engine is not None else getattr(role, "model", None)
+        if model is not None:
+            yield name, model, getattr(engine, "optimizer", None)
 
 
 def role_memory(roles) -> dict:
@@ -273,13 +423,7 @@ def role_memory(roles) -> dict:
 
     seen: set = set()
     table = {}
-    for name, role in (("actor", roles.actor), ("reference", roles.reference), ("critic", roles.critic),
-                       ("reward", roles.reward)):
-        engine = getattr(role, "engine", None)
-        model = getattr(engine, "model", None) if engine is not None else getattr(role, "model", None)
-        if model is None:
-            continue
-        optimizer = getattr(engine, "optimizer", None)
+    for name, model, optimizer in _role_models(roles):
         state = 0 if optimizer is None else sum(t.numel() * t.element_size() for s in optimizer.state.values()
                                                  for t in s.values() if torch.is_tensor(t))
         trainable = parameter_bytes(model, trainable_only=True) if optimizer is not None else 0

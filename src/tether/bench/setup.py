@@ -128,3 +128,59 @@ def build_setup(dims: ModelDims, n_prompts: int, seed: int = 0, reference: bool 
     models = build_models(dims, tokenizer, seed, reference, critic)
     prompts = prompt_set(tokenizer, n_prompts, seed=seed)
     return BenchSetup(dims, tokenizer, models, prompts)
+
+
+def config_dims(config) -> ModelDims:
+    """The FLOP count's shape of a transformers config (Llama layout: gated MLP, GQA)."""
+    return ModelDims(hidden=config.hidden_size, layers=config.num_hidden_layers, heads=config.num_attention_heads,
+                     ffn=config.intermediate_size, vocab=config.vocab_size,
+                     kv_heads=getattr(config, "num_key_value_heads", None))
+
+
+def build_source_models(config, tokenizer, seed: int = 0, reference: bool = True, critic: bool = True) -> dict:
+    """:func:`build_models` for a real architecture's config (:mod:`tether.bench.shapes`): the
+    policy with transformers' own random init, scalar-head models of the same config."""
+    from transformers import AutoModelForSequenceClassification
+
+    from tether.bench.shapes import build_causal_lm
+
+    config = copy.deepcopy(config)
+    config.pad_token_id, config.eos_token_id = tokenizer.pad_token_id, tokenizer.eos_token_id
+    config.bos_token_id = tokenizer.bos_token_id
+    config.num_labels = 1
+    config._attn_implementation = "sdpa"
+    policy = _finish(build_causal_lm(config, seed), tokenizer)
+    ref = copy.deepcopy(policy) if reference else None
+
+    def scalar(s):
+        torch.manual_seed(s)
+        return _finish(AutoModelForSequenceClassification.from_config(config, dtype=torch.float32), tokenizer)
+
+    return {"policy": policy, "reference": ref, "critic": scalar(seed + 1) if critic else None,
+            "reward": scalar(seed + 2)}
+
+
+def token_prompt_set(tokenizer, vocab_size: int, n: int, min_tokens: int, max_tokens: int, seed: int = 0) -> PromptSet:
+    """``n`` prompts of ``min_tokens``-``max_tokens`` random non-special token ids each (a
+    byte-level BPE's ids do not all decode to words, so the ids are drawn, the texts decoded)."""
+    rng = random.Random(seed)
+    specials = set(tokenizer.all_special_ids)
+    top = min(vocab_size, tokenizer.vocab_size)
+    ids = []
+    for _ in range(n):
+        row, length = [], max(rng.randint(min_tokens, max_tokens), 1)
+        while len(row) < length:
+            t = rng.randrange(top)
+            if t not in specials:
+                row.append(t)
+        ids.append(row)
+    return PromptSet(ids=ids, texts=[tokenizer.decode(r) for r in ids], dropped_long=0)
+
+
+def build_source_setup(source, n_prompts: int, seed: int = 0, reference: bool = True, critic: bool = True,
+                       prompt_tokens: tuple[int, int] = PROMPT_WORDS) -> BenchSetup:
+    """:func:`build_setup` for ``--model`` (a :class:`tether.bench.shapes.ModelSource`)."""
+    tokenizer = source.tokenizer()
+    models = build_source_models(source.config, tokenizer, seed, reference, critic)
+    prompts = token_prompt_set(tokenizer, source.config.vocab_size, n_prompts, *prompt_tokens, seed=seed)
+    return BenchSetup(config_dims(source.config), tokenizer, models, prompts)

@@ -1,4 +1,5 @@
-"""`tether bench`: seconds per PPO iteration, per phase, FLOPs and MFU on random-init Llamas."""
+"""`tether bench`: seconds per PPO iteration, per phase, FLOPs and MFU on random-init Llamas, or on
+real architectures' shapes with random weights (``--model``, :mod:`tether.bench.shapes`)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,35 @@ def register(sub) -> None:
         description=(
             "Run the benchmark configuration of issue 6 (16 prompts, 32 new tokens, 4 epochs x 2 "
             "minibatches) on random-init Llama models and print seconds per iteration, per phase, "
-            "tokens/s, peak RSS, FLOPs and the fraction of this machine's matmul peak, as JSON."
+            "tokens/s, peak RSS, FLOPs and the fraction of this machine's matmul peak, as JSON. "
+            "With --model: a real architecture's shape (vocabulary included) with random weights and a "
+            "tokenizer built to its vocabulary size; defaults then 4 prompts of 16-24 tokens, 32 new "
+            "tokens, 1 epoch x 2 minibatches."
         ),
     )
-    p.add_argument("--size", choices=["tiny", "small", "medium", "large", "micro"], default="small",
-                   help="tiny h128 L2 (1.05M), small h256 L4 (9.4M), medium h512 L4 (21M), large h768 L12 (116M); "
-                        "micro is for tests.")
+    p.add_argument("--size", choices=["tiny", "small", "medium", "large", "micro"], default=None,
+                   help="tiny h128 L2 (1.05M), small h256 L4 (9.4M, the default), medium h512 L4 (21M), "
+                        "large h768 L12 (116M); micro is for tests.")
+    p.add_argument("--model", default=None, metavar="NAME|PATH",
+                   help="Instead of --size: smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b or llama-3.2-1b (the public "
+                        "configs' shapes, random init), or a local directory with a config.json (random init from "
+                        "it; its tokenizer if it has one, else one built to its vocab_size).")
+    p.add_argument("--write-model", default=None, metavar="DIR",
+                   help="With --model: write the random-init checkpoint and its tokenizer to DIR (a new or empty "
+                        "directory) and exit, e.g. to stand in for a hub id in model.name_or_path=DIR.")
+    p.add_argument("--algorithm", default="ppo",
+                   help="ppo (default) or a critic-free algorithm of tether.algorithms (grpo, rloo, reinforce_pp; "
+                        "no critic, group.size responses per prompt).")
+    p.add_argument("--device", default="cpu",
+                   help="cpu (default), cuda, cuda:N or auto (CUDA when available). A device this machine does not "
+                        "have is an error.")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="bf16 = autocast with fp32 master weights (ppo.autocast=bf16).")
-    p.add_argument("--batch", type=int, default=16, help="Prompts per iteration.")
-    p.add_argument("--response-length", type=int, default=32, help="New tokens per response (always generated).")
-    p.add_argument("--epochs", type=int, default=4, help="PPO epochs per iteration (2 minibatches each).")
+    p.add_argument("--batch", type=int, default=None, help="Prompts per iteration (16; 4 with --model).")
+    p.add_argument("--response-length", type=int, default=None,
+                   help="New tokens per response, always generated (32).")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="PPO epochs per iteration, 2 minibatches each (4; 1 with --model).")
     p.add_argument("--iterations", type=int, default=8, help="Iterations; the first is a warm-up.")
     p.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default.")
     p.add_argument("--seed", type=int, default=0)
@@ -42,28 +61,72 @@ def register(sub) -> None:
                    help="Extra PPO config overrides, e.g. ppo.autocast=bf16.")
 
 
+#: (batch, response length, epochs) without and with --model (a real shape costs ~10-100x per token).
+SIZE_DEFAULTS = (16, 32, 4)
+MODEL_DEFAULTS = (4, 32, 1)
+MODEL_PROMPT_TOKENS = (16, 24)
+
+
 def run(args) -> int:
     import os
 
     from tether.distributed import DistributedSession
+    from tether.runtime import resolve_device
 
-    check_lengths(args)
+    source = check_args(args)
+    if args.write_model:
+        from tether.bench.shapes import write_model
+
+        print(write_model(source, args.write_model, args.seed))
+        return 0
+    device = resolve_device(args.device, "--device")
+    check_lengths(args, source)
     # Under torchrun every rank runs the bench's PPO iterations data parallel (gloo on the CPU);
     # rank 0 reports. It measures the distributed path's overhead, docs/distributed.md.
-    with DistributedSession(device="cpu"):
-        report = _run(args)
+    with DistributedSession(device=args.device):
+        report = _run(args, source, device)
     if os.environ.get("RANK", "0") == "0":
         print(json.dumps(report, indent=2))
     return 0
 
 
-def _run(args) -> dict:
-    from tether.bench.runner import run_repeated, run_scaling
+def check_args(args):
+    """Flags that contradict each other, an unknown algorithm or model: one paragraph, before any
+    work. Fills the defaults that depend on --model; returns its ModelSource (None with --size)."""
+    from tether.algorithms import ALGORITHMS
+    from tether.errors import ConfigError
 
+    if args.algorithm not in ALGORITHMS:
+        raise ConfigError(f"--algorithm {args.algorithm!r}: expected one of {', '.join(ALGORITHMS)}.")
+    if args.model is not None and args.size is not None:
+        raise ConfigError(f"--model {args.model!r} and --size {args.size!r} both name the models; give one.")
+    if args.write_model and args.model is None:
+        raise ConfigError("--write-model needs --model (the shape to write).")
+    if args.scaling and (args.model is not None or args.algorithm != "ppo" or args.device != "cpu"):
+        raise ConfigError("--scaling runs PPO at a --size on the CPU; it does not take --model, --algorithm or "
+                          "--device.")
+    defaults = SIZE_DEFAULTS if args.model is None else MODEL_DEFAULTS
+    for key, value in zip(("batch", "response_length", "epochs"), defaults):
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.size = args.size or ("small" if args.model is None else None)
+    if args.model is None:
+        return None
+    from tether.bench.shapes import resolve_model
+
+    return resolve_model(args.model)
+
+
+def _run(args, source=None, device=None) -> dict:
+    from tether.bench.runner import run_repeated, run_scaling
+    from tether.config.stages import algorithm_needs_critic
+
+    critic = algorithm_needs_critic(args.algorithm)
     if args.lora:
-        args.overrides = [f"lora.r={args.lora}", f"critic.lora.r={args.lora}", *args.overrides]
+        args.overrides = [f"lora.r={args.lora}", *([f"critic.lora.r={args.lora}"] if critic else []), *args.overrides]
     if args.grad_ckpt:
-        args.overrides = ["gradient_checkpointing=true", "critic.gradient_checkpointing=true", *args.overrides]
+        args.overrides = ["gradient_checkpointing=true", *(["critic.gradient_checkpointing=true"] if critic else []),
+                          *args.overrides]
     if args.scaling:
         report = run_scaling(args.size, args.precision, args.epochs, args.threads, args.scaling_iterations,
                              overrides=args.overrides, repeats=args.repeat)
@@ -71,15 +134,25 @@ def _run(args) -> dict:
         report = run_repeated(args.repeat, size=args.size, precision=args.precision, batch=args.batch,
                               response_length=args.response_length, epochs=args.epochs, threads=args.threads,
                               iterations=args.iterations, seed=args.seed, measure_peak=not args.no_peak,
-                              overrides=args.overrides, profile=args.profile)
+                              overrides=args.overrides, profile=args.profile, model=source,
+                              algorithm=args.algorithm, device=str(device or "cpu"),
+                              prompt_tokens=MODEL_PROMPT_TOKENS)
     return report
 
 
-def check_lengths(args) -> None:
+def check_lengths(args, source=None) -> None:
     """--response-length fits the bench models' context beside the longest prompt (and BOS)."""
     from tether.bench.setup import MAX_POSITIONS, PROMPT_WORDS
     from tether.errors import ConfigError
 
+    if source is not None:
+        positions = getattr(source.config, "max_position_embeddings", None) or MAX_POSITIONS
+        room = positions - MODEL_PROMPT_TOKENS[1]
+        if not 1 <= args.response_length <= room:
+            raise ConfigError(f"--response-length must be from 1 to {room} (--model {args.model!r}'s {positions}-"
+                              f"position context minus the longest prompt, {MODEL_PROMPT_TOKENS[1]} tokens), "
+                              f"got {args.response_length}.")
+        return
     room = MAX_POSITIONS - PROMPT_WORDS[1] - 1
     if not 1 <= args.response_length <= room:
         raise ConfigError(f"--response-length must be from 1 to {room} (the bench models' {MAX_POSITIONS}-position "

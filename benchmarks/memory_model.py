@@ -18,6 +18,16 @@ decoder) train, the reference is the actor's base with the adapters off and the 
 the critic's (the critic starts from it): 2 × N × 4 + 2 × A × 16. ``run.precision=bf16`` (autocast) keeps fp32 master weights: it is the fp32 row;
 the bf16 row is ``model.dtype=bfloat16``.
 
+``--peak``: the whole predicted peak (tether.plan.memory.predict_peak: activations, LM-head
+buffers, the KV cache, autocast's casts and the process itself besides the above) per phase of
+``tether bench --model`` runs. ``--measure-sft NAME``: one SFT run (two steps, random init, on
+CPU) at a real shape, its measured peak RSS beside the prediction, as JSON (run one at a time:
+each is its own process, and the measurement is the process's own high-water mark):
+
+    python benchmarks/memory_model.py --measure-sft smollm2-135m --layers 4 --batch 4 --seq 256
+    python benchmarks/memory_model.py --measure-sft qwen2.5-0.5b --lora 16 --grad-ckpt --precision bf16 [--chunked]
+    python benchmarks/memory_model.py --measure-head 220   # the LM head alone, in [chunk, V] buffers (0: unchunked)
+
 Per GPU under data parallel (``--gpus N``, docs/distributed.md): ``ddp`` keeps every role whole
 on every GPU (the totals above). ``fsdp`` shards the trained models (the actor and the critic:
 weights, gradients and optimiser state, LoRA bases included) over the N GPUs and keeps the
@@ -130,11 +140,163 @@ def table(rank: int) -> str:
     return "\n".join(rows)
 
 
+def bench_peak(name: str, algorithm: str = "ppo", lora: int | None = None, grad_ckpt: bool = False,
+               precision: str = "fp32", batch: int = 4, prompt: int = 25, response: int = 32,
+               decode_copy: int = 0) -> dict:
+    """The predicted peak of ``tether bench --model NAME`` (4 prompts of 16-24 tokens + BOS, 32 new
+    tokens, 2 minibatches; group.size responses per prompt for the critic-free algorithms; the
+    actor's and the critic's updates side by side, cpu.parallel_roles). ``decode_copy``: bytes per
+    packed weight of the decode loop's oneDNN linears (4 where cpu.linear_backend=auto picks oneDNN:
+    bf16 on an Intel CPU, fp32 and bf16 on AMD; 0 where aten runs)."""
+    from tether.bench.shapes import model_config
+    from tether.config.stages import default_group_size
+    from tether.plan.memory import Shape, Workload, bench_roles, default_logprob_chunk, predict_peak
+
+    shape = Shape.of(model_config(name))
+    episodes = batch * default_group_size(algorithm)
+    run = Workload(algorithm, micro_batch=episodes // 2, batch=episodes, prompt=prompt, response=response,
+                   precision=precision, grad_ckpt=grad_ckpt, logprob_chunk=default_logprob_chunk(shape.vocab),
+                   parallel_roles=True, retained_heap=True, decode_copy=decode_copy)
+    return predict_peak(shape, bench_roles(shape, algorithm, lora), run)
+
+
+def peak_table() -> str:
+    mb = 2**20
+    rows = ["| model | algorithm | training | precision | rollout | log-probs | update | peak (MB) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    cases = [("smollm2-135m", "ppo", None, False, "fp32"), ("smollm2-135m", "ppo", None, False, "bf16"),
+             ("qwen2.5-0.5b", "ppo", 16, True, "bf16"), ("qwen2.5-0.5b", "grpo", 16, True, "bf16"),
+             ("qwen2.5-1.5b", "ppo", 16, True, "bf16")]
+    for name, algorithm, lora, ckpt, precision in cases:
+        peak = bench_peak(name, algorithm, lora, ckpt, precision, decode_copy=4 if precision == "bf16" else 0)
+        phases = " | ".join(f"{peak['phases'][p]['total'] / mb:.0f}" for p in ("rollout", "logprobs", "update"))
+        training = (f"LoRA r={lora}" if lora else "full") + (" + grad-ckpt" if ckpt else "")
+        rows.append(f"| {name} | {algorithm} | {training} | {precision} | {phases} | **{peak['total'] / mb:.0f}** |")
+    return "\n".join(rows)
+
+
+def measure_sft(name: str, layers: int | None, batch: int, seq: int, precision: str, lora: int | None,
+                grad_ckpt: bool, chunked: bool = False) -> dict:
+    """Two SFT steps (tether's own loss, AdamW) at ``name``'s shape, random init on CPU: this
+    process's peak RSS and the memory model's prediction for the same run. ``chunked``: the
+    next-token log-probs through the chunked fp32 head (tether.models.forward.sequence_logprobs)
+    instead of the model's own [B, T, V] logits."""
+    import time
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tether.bench.shapes import model_config
+    from tether.loops.sft import sft_batch_loss
+    from tether.metrics.memory import own_peak_rss_mb
+    from tether.models.forward import logprob_chunk, sequence_logprobs
+    from tether.plan.memory import RoleSize, Shape, Workload, predict_peak
+
+    baseline = own_peak_rss_mb()
+    config = model_config(name, **({"num_hidden_layers": layers} if layers else {}))
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=lora, target_modules="all-linear"))
+    if grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if lora:
+            model.enable_input_require_grads()
+    model.train()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=1e-5)
+    ids = torch.randint(4, config.vocab_size, (batch, seq))
+    ones = torch.ones(batch, seq, dtype=torch.long)
+    start = time.perf_counter()
+    autocast = precision if precision != "fp32" else "none"
+    for _ in range(2):
+        if chunked:
+            loss = -sequence_logprobs(model, ids, ones, autocast).mean()
+        else:
+            loss = sft_batch_loss(model, {"input_ids": ids, "attention_mask": ones, "loss_mask": ones},
+                                  batch * (seq - 1), autocast)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    seconds = time.perf_counter() - start
+    measured = own_peak_rss_mb()
+    n_trained = sum(p.numel() for p in trained)
+    size = RoleSize(frozen=sum(p.numel() for p in model.parameters()) - n_trained, trained=n_trained)
+    peak = predict_peak(Shape.of(config), {"policy": size},
+                        Workload("sft", micro_batch=batch, seq=seq, precision=precision, grad_ckpt=grad_ckpt,
+                                 logprob_chunk=logprob_chunk(config.vocab_size) if chunked else None))
+    predicted = peak["total"] / 2**20
+    return {"model": name, "layers": config.num_hidden_layers, "batch": batch, "seq": seq, "precision": precision,
+            "lora": lora or 0, "grad_ckpt": grad_ckpt, "chunked": chunked, "import_baseline_mb": round(baseline, 1),
+            "peak_rss_mb": round(measured, 1), "predicted_peak_mb": round(predicted, 1),
+            "error": round(predicted / measured - 1, 3), "seconds": round(seconds, 1),
+            "predicted_split_mb": {k: round(v / 2**20, 1) for k, v in peak["split"].items()}}
+
+
+def measure_head(chunk: int, vocab: int = 151_936, hidden: int = 896, positions: int = 1020) -> dict:
+    """The LM head's log-probs and their backward alone (tether.models.forward.logprobs_from_hidden,
+    a frozen head as under LoRA): this process's peak RSS growth in [positions or chunk, V] fp32
+    buffers, the count tether.plan.memory.head_bytes uses."""
+    import torch
+
+    from tether.metrics.memory import own_peak_rss_mb
+    from tether.models.forward import logprobs_from_hidden
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm_head = torch.nn.Linear(hidden, vocab, bias=False).requires_grad_(False)
+
+        def get_output_embeddings(self):
+            return self.lm_head
+
+    model, rows = Head(), positions // 4
+    states = torch.randn(4, rows, hidden, requires_grad=True)
+    tokens = torch.randint(0, vocab, (4, rows))
+    before = own_peak_rss_mb()
+    logp, _ = logprobs_from_hidden(model, states, tokens, 0.7, chunk=chunk)
+    forward = own_peak_rss_mb() - before
+    logp.sum().backward()
+    buffer = min(chunk or positions, positions) * vocab * 4 / 2**20
+    return {"chunk": chunk, "buffer_mb": round(buffer, 1), "forward_buffers": round(forward / buffer, 2),
+            "backward_buffers": round((own_peak_rss_mb() - before) / buffer, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--gpus", type=int, default=0, help="Also print GB per GPU on this many GPUs (ddp, fsdp).")
+    parser.add_argument("--peak", action="store_true", help="Print the predicted peak of tether bench --model runs.")
+    parser.add_argument("--measure-sft", metavar="NAME", help="Measure one SFT run's peak RSS at this shape.")
+    parser.add_argument("--layers", type=int, default=None, help="--measure-sft: this many decoder layers.")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    parser.add_argument("--lora", type=int, default=None)
+    parser.add_argument("--grad-ckpt", action="store_true")
+    parser.add_argument("--chunked", action="store_true", help="--measure-sft: log-probs through the chunked head.")
+    parser.add_argument("--measure-head", type=int, metavar="CHUNK", default=None,
+                        help="Measure the LM head's buffers alone, CHUNK positions at a time (0: all at once).")
     args = parser.parse_args()
+    if args.measure_head is not None:
+        import json
+
+        print(json.dumps(measure_head(args.measure_head)))
+        return
+    if args.measure_sft:
+        import json
+
+        print(json.dumps(measure_sft(args.measure_sft, args.layers, args.batch, args.seq, args.precision, args.lora,
+                                     args.grad_ckpt, args.chunked)))
+        return
+    if args.peak:
+        print("Predicted peak (MB = 2**20 B) per phase of `tether bench --model` (4 prompts, 32 new tokens; oneDNN's "
+              "packed bf16 decode as on an Intel CPU):\n")
+        print(peak_table())
+        return
     print(f"GB per role (weights + gradients + optimiser state; activations excluded); LoRA r={args.rank} on every "
           "linear layer of the decoder.\n")
     print(table(args.rank))

@@ -233,3 +233,38 @@ def test_setup_checks_same_error(task, tmp_path, capsys, monkeypatch):
     prompts = write_jsonl(tmp_path / "prompts.jsonl", good_prompts())
     assert "Ray is not installed" in same_error(capsys, [*ppo_args(task, out, prompts), "placement.backend=ray"], "ppo")
     assert not out.exists()
+
+
+def test_plans_print_the_predicted_peak_per_phase(trained, tmp_path, capsys):
+    """The memory model's peak per phase: one phase (update) for SFT, the reference's log-probs
+    too for DPO, rollout / log-probs / update for PPO (with a critic) and GRPO (without)."""
+    import tether
+
+    task = trained["task"]
+    plan = plan_of(capsys, ["sft", *sft_overrides(task, tmp_path / "sft")], tmp_path)
+    assert re.search(r"^\s+peak\s+update\s+[\d.]+ [KMG]?B  \(forward \+ backward \+ AdamW: .*activations", plan, re.M)
+    assert re.search(r"^\s+predicted\s+[\d.]+ [KMG]?B  at the peak \(update\); resident in every phase: weights", plan,
+                     re.M)
+    assert "rollout" not in plan.split("  peak ")[-1]
+    dpo = ["dpo", f"run.out={tmp_path / 'dpo'}", f"model.name_or_path={trained['sft']}",
+           f"data.train={task / 'prefs_train.jsonl'}", "data.max_length=64", "max_steps=3", "optim.batch_size=8"]
+    plan = plan_of(capsys, dpo, tmp_path)
+    Path("/tmp/calib/dpo_plan.txt").write_text(plan)
+    assert re.search(r"^\s+(peak\s+)?log-probs\s+[\d.]+ [KMG]?B  \(the reference's log-probs", plan, re.M)
+    ppo = plan_of(capsys, trained_ppo_args(trained, tmp_path / "ppo"), tmp_path)
+    Path("/tmp/calib/ppo_plan.txt").write_text(ppo)
+    for phase, what in (("rollout", "generation: .*KV cache"), ("log-probs", "old and reference log-probs"),
+                        ("update", "actor and critic forward")):
+        assert re.search(rf"^\s+(peak\s+)?{phase}\s+[\d.]+ [KMG]?B  \({what}", ppo, re.M), phase
+    # The Python dry run's prediction: the peak phase's split adds up, every phase at most the peak.
+    grpo = tether.dry_run("grpo", {"model.name_or_path": str(trained["sft"]), "reward.models": [str(trained["rm"])],
+                                   "prompts": str(task / "ppo_prompts.jsonl"), "rollout.max_new_tokens": 8,
+                                   "run.out": str(tmp_path / "g")})
+    assert re.search(r"update\s+[\d.]+ [KMG]?B  \(actor forward \+ backward \+ AdamW", grpo.render())  # no critic
+    peak = grpo.peak
+    assert set(peak["phases"]) == {"rollout", "logprobs", "update"}
+    assert peak["total"] == max(p["total"] for p in peak["phases"].values()) == peak["split"]["total"]
+    # 'memory' counts each role's weights, gradients and AdamW state: fp32, the trained actor's 16 B a
+    # parameter are 4 of weights, 4 of gradients and 8 of AdamW state (the gradients half the latter).
+    split = peak["split"]
+    assert split["weights"] == sum(grpo.memory.values()) - split["optimizer"] - split["optimizer"] // 2

@@ -360,12 +360,16 @@ def predicted_memory(roles, cfg, model_config, prompt_len: int, parallel: bool) 
         split = {name: _mb(memory.role_bytes(size, str(_dtype(roles)))) for name, size in sizes.items()}
         return {"predicted_peak_mb": round(sum(split.values()), 1),
                 "predicted_peak_split": split | {"counts": PREDICTED_COUNTS}} | params
+    shape = memory.Shape.of(model_config)
+    on_cpu = next(next(_role_models(roles))[1].parameters()).device.type == "cpu"
     run = memory.Workload(
         cfg.algorithm, micro_batch=max(1, cfg.ppo.minibatch_size // cfg.ppo.grad_accum_steps), batch=cfg.episodes,
         prompt=prompt_len, response=cfg.rollout.max_new_tokens, precision=cfg.run.precision, dtype=_dtype(roles),
         grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.ppo.entropy_coef > 0, parallel_roles=parallel,
-        captured_logprobs=cfg.rollout.capture_logprobs)
-    peak = memory.predict_peak(memory.Shape.of(model_config), sizes, run)
+        captured_logprobs=cfg.rollout.capture_logprobs, logprob_chunk=memory.default_logprob_chunk(shape.vocab),
+        retained_heap=on_cpu and parallel and cfg.cpu.retain_memory,
+        decode_copy=4 if on_cpu and getattr(roles, "linear_backend", "aten") == "onednn" else 0)
+    peak = memory.predict_peak(shape, sizes, run)
     split = {k: _mb(v) for k, v in peak["split"].items() if k != "total"}
     return {"predicted_peak_mb": _mb(peak["total"]),
             "predicted_peak_split": split | {"phase": peak["phase"], "counts": PEAK_COUNTS},

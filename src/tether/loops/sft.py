@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from tether.algos import sft_loss, token_logprobs
+from tether.algos import sft_loss
 from tether.config import SFTConfig
 from tether.data import collate_right, load_records, sft_examples, tokenize_sft
 from tether.distributed import all_reduce
@@ -32,7 +32,7 @@ from tether.engines import OptimizerSpec, TrainingEngine, engine_settings, prepa
 from tether.cards import model_card
 from tether.loops.supervised import SupervisedJob, train_supervised
 from tether.models import load_causal_lm, load_tokenizer
-from tether.models.forward import autocast_context, position_ids
+from tether.models.forward import sequence_logprobs
 from tether.models.loading import load_model_config
 from tether.models.lora import trainable
 from tether.runs import guarded_run, prepare_run_dir
@@ -89,9 +89,8 @@ def sft_batch_loss(model, batch: dict, total_tokens: int, autocast: str = "none"
     runs under ``autocast`` (run.precision); the log-softmax in fp32.
     """
     ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
-    with autocast_context(model, autocast):
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits
-    logp = token_logprobs(logits[:, :-1].float(), ids[:, 1:])
+    # The LM head in fp32 chunks of positions: never the whole [B, T, vocabulary] logits.
+    logp = sequence_logprobs(model, ids, attn, autocast)
     target_mask = mask[:, 1:]
     return sft_loss(logp, target_mask) * target_mask.sum() / max(total_tokens, 1)
 

@@ -17,6 +17,7 @@ import contextlib
 import weakref
 
 import torch
+import torch.utils.checkpoint
 from torch import Tensor
 
 from tether.algos.logprobs import token_logprobs
@@ -145,12 +146,58 @@ def response_hidden(model, sequences: Tensor, attention_mask: Tensor, num_prompt
     return hidden, sequences[:, num_prompt_tokens:]
 
 
-def logprobs_from_hidden(model, hidden: Tensor, tokens: Tensor, temperature: float = 1.0,
-                         with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-    """The LM head on (B, A, H) hidden states: log-probs of (B, A) ``tokens`` (and entropies)."""
-    logits = _head(unwrap(model).get_output_embeddings(), hidden).float() / temperature
+#: fp32 elements of one chunk of logits: the LM head and its log-softmax run on at most this many
+#: (positions × vocabulary) at a time, so their [positions, V] buffers stay bounded (128 MB each;
+#: a 151,936-token vocabulary gives 220 positions a chunk).
+LOGPROB_CHUNK_ELEMENTS = 2**25
+
+
+def logprob_chunk(vocab: int, elements: int = LOGPROB_CHUNK_ELEMENTS) -> int:
+    """Positions per chunk of :func:`logprobs_from_hidden` for a ``vocab``-token head."""
+    return max(1, elements // max(vocab, 1))
+
+
+def _head_logprobs(layer, hidden: Tensor, tokens: Tensor, temperature: float,
+                   with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    logits = _head(layer, hidden).float() / temperature
     logp = token_logprobs(logits, tokens)
     return logp, entropy_from_logits(logits) if with_entropy else None
+
+
+def logprobs_from_hidden(model, hidden: Tensor, tokens: Tensor, temperature: float = 1.0,
+                         with_entropy: bool = False, chunk: int | None = None) -> tuple[Tensor, Tensor | None]:
+    """The LM head on (B, A, H) hidden states: log-probs of (B, A) ``tokens`` (and entropies).
+
+    The head runs on ``chunk`` positions at a time (default :func:`logprob_chunk` of the head's
+    vocabulary; 0: all at once): each chunk's fp32 logits are dropped once its log-probs are
+    taken, and with gradients recomputed in the backward (:func:`torch.utils.checkpoint.checkpoint`),
+    so the [positions, V] buffers never exceed one chunk. Each position's result is the same
+    computation as unchunked.
+    """
+    layer = unwrap(model).get_output_embeddings()
+    batch, length = tokens.shape
+    chunk = logprob_chunk(layer.weight.shape[0]) if chunk is None else chunk
+    if not chunk or batch * length <= chunk:
+        return _head_logprobs(layer, hidden, tokens, temperature, with_entropy)
+    flat_hidden, flat_tokens = hidden.reshape(batch * length, -1), tokens.reshape(batch * length)
+    recompute = torch.is_grad_enabled() and (hidden.requires_grad or layer.weight.requires_grad)
+    parts = []
+    for start in range(0, batch * length, chunk):
+        args = (layer, flat_hidden[start:start + chunk, None], flat_tokens[start:start + chunk, None], temperature,
+                with_entropy)
+        parts.append(torch.utils.checkpoint.checkpoint(_head_logprobs, *args, use_reentrant=False) if recompute
+                     else _head_logprobs(*args))
+    logp = torch.cat([p[0] for p in parts]).reshape(batch, length)
+    return logp, torch.cat([p[1] for p in parts]).reshape(batch, length) if with_entropy else None
+
+
+def sequence_logprobs(model, input_ids: Tensor, attention_mask: Tensor, autocast: str = "none",
+                      chunk: int | None = None) -> Tensor:
+    """(B, T-1) log-probs of each next token (position t predicts token t+1), as SFT's loss reads
+    them from ``model(...).logits``, but with the LM head in fp32 :func:`logprobs_from_hidden`
+    chunks: no [B, T, V] logits (2.5 GB in fp32 for 8 × 512 tokens of a 151,936-token vocabulary)."""
+    hidden = hidden_states(model, input_ids, attention_mask, autocast)[:, :-1]
+    return logprobs_from_hidden(model, hidden, input_ids[:, 1:], chunk=chunk)[0]
 
 
 def response_logprobs(

@@ -10,20 +10,26 @@ nothing is written.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from tether.plan.memory import human_bytes, per_rank_bytes, sampling_peak_bytes
+from tether.plan.memory import (PHASES, SPLIT, Shape, Workload, default_logprob_chunk, human_bytes, per_rank_bytes,
+                                predict_peak, sampling_peak_bytes)
 from tether.plan import meta_models
 
 
 @dataclass
 class Plan:
-    """Sections of text lines, in print order; ``memory``: the estimated bytes per role (per rank)."""
+    """Sections of text lines, in print order; ``memory``: the weights, gradients and AdamW state
+    per role (bytes per rank); ``peak``: :func:`tether.plan.memory.predict_peak`'s prediction
+    (``total``, the peak's ``phase``, its ``split`` and every phase's), empty where the model's
+    shape is unknown."""
 
     stage: str
     sections: dict[str, list[str]] = field(default_factory=dict)
     memory: dict[str, int] = field(default_factory=dict)
+    peak: dict = field(default_factory=dict)
 
     def add(self, section: str, line: str) -> None:
         self.sections.setdefault(section, []).append(line)
@@ -110,10 +116,81 @@ def _memory(plan: Plan, roles: dict, strategies: dict[str, str], dtype: str, act
     total = sum(per_rank.values())
     note = f" per rank on {world} ranks" if world > 1 else ""
     plan.add("memory", f"{'total':<10} {human_bytes(total):>9}{note}: weights + gradients + AdamW state "
-                       "(activations not included; benchmarks/memory_model.py has the formula)")
+                       "(each phase's transients in 'peak' below)")
     if actor_params and world > 1 and "fsdp" in strategies.values():
         peak = sampling_peak_bytes(actor_params, dtype, world)
         plan.add("memory", f"FSDP sampling gathers the actor: +{human_bytes(peak)} while generating")
+
+
+PHASE_NAMES = {"rollout": "rollout", "logprobs": "log-probs", "update": "update"}
+PHASE_WHAT = {"sft": {"update": "forward + backward + AdamW"},
+              "rm": {"update": "forward + backward + AdamW"},
+              "dpo": {"logprobs": "the reference's log-probs, before training",
+                      "update": "forward + backward + AdamW"},
+              "rl": {"rollout": "generation", "logprobs": "old and reference log-probs, values, scores",
+                     "update": "actor and critic forward + backward + AdamW"}}
+SPLIT_NAMES = {"weights": "weights", "gradients": "gradients", "optimizer": "AdamW", "optimizer_step": "AdamW step",
+               "weight_copies": "weight copies",
+               "activations": "activations", "logits": "logits", "kv_cache": "KV cache", "baseline": "process",
+               "retained": "freed by the main thread, kept"}
+
+
+def _peak(plan: Plan, config, roles: dict, run: Workload) -> None:
+    """The predicted peak per phase (:func:`tether.plan.memory.predict_peak`) as plan lines."""
+    if config is None:
+        return
+    try:
+        shape = Shape.of(config)
+    except (TypeError, AttributeError):  # not a decoder config this model knows: no prediction
+        plan.add("peak", "no prediction: the model's config lacks a decoder's sizes")
+        return
+    if not all((shape.hidden, shape.layers, shape.heads, shape.vocab)):
+        plan.add("peak", "no prediction: the model's config lacks a decoder's sizes")
+        return
+    run = dataclasses.replace(run, logprob_chunk=default_logprob_chunk(shape.vocab))  # the LM head runs in chunks
+    peak = predict_peak(shape, roles, run)
+    plan.peak = peak
+    what = dict(PHASE_WHAT["rl" if run.stage not in PHASE_WHAT else run.stage])
+    if run.stage not in PHASE_WHAT and "critic" not in roles:
+        what["update"] = "actor forward + backward + AdamW"
+    for phase in PHASES:
+        if phase not in peak["phases"]:
+            continue
+        split = peak["phases"][phase]
+        parts = ", ".join(f"{SPLIT_NAMES[k]} {human_bytes(split[k])}" for k in SPLIT
+                          if split[k] and k not in ("baseline", "weights", "optimizer"))
+        plan.add("peak", f"{PHASE_NAMES[phase]:<10} {human_bytes(split['total']):>9}  ({what[phase]}: "
+                         f"{parts or 'nothing besides the resident'})")
+    split = peak["split"]
+    resident = ", ".join(f"{SPLIT_NAMES[k]} {human_bytes(split[k])}" for k in ("weights", "optimizer", "baseline"))
+    tokens = (f"{run.micro_batch} x {run.seq} tokens per micro-batch" if run.stage in ("sft", "rm", "dpo") else
+              f"{run.batch} episodes of {run.prompt} + {run.response} tokens, micro-batches of {run.micro_batch}")
+    sharded = " (whole roles: fsdp's shards are in 'memory')" if _world() > 1 else ""
+    at = PHASE_NAMES[peak["phase"]]
+    plan.add("peak", f"{'predicted':<10} {human_bytes(peak['total']):>9}  at the peak ({at}); "
+                     f"resident in every phase: {resident}{sharded}; {tokens}")
+
+
+def _longest(rows) -> tuple[int, int]:
+    """(tokens, response tokens) of the longest sequence a batch of ``rows`` pads to: SFT examples,
+    or preference pairs (the prompt and the longer response)."""
+    seq = resp = 0
+    for row in rows:
+        if hasattr(row, "input_ids"):
+            seq = max(seq, len(row.input_ids))
+            resp = max(resp, sum(getattr(row, "loss_mask", row.input_ids)))
+        else:
+            longer = max(len(row.chosen_ids), len(row.rejected_ids))
+            seq, resp = max(seq, len(row.prompt_ids) + longer), max(resp, longer)
+    return seq, resp
+
+
+def _supervised_workload(cfg, stage: str, train: list, limit: int) -> Workload:
+    o = cfg.optim
+    seq, resp = _longest(train)
+    return Workload(stage, micro_batch=max(1, o.batch_size // o.grad_accum_steps // _world()), seq=seq or limit,
+                    response=resp or limit, precision=cfg.run.precision, dtype=cfg.model.dtype,
+                    grad_ckpt=cfg.gradient_checkpointing)
 
 
 def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, scalar: bool) -> Plan:
@@ -141,6 +218,8 @@ def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, 
         plan.add("roles", _dpo_reference(cfg, len(train), len(evals)))
     _supervised_batches(plan, cfg, len(train), len(evals))
     _memory(plan, {role: size}, {role: cfg.distributed.strategy}, cfg.model.dtype)
+    _peak(plan, configs.get(cfg.model.name_or_path), {role: size},
+          _supervised_workload(cfg, stage, train, limit.tokens))
     return plan
 
 
@@ -217,10 +296,39 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
                       f"{p.iterations * p.epochs * minibatches:,} actor optimiser steps")
     strategies = {"actor": cfg.distributed.strategy, "critic": cfg.critic.strategy or cfg.distributed.strategy}
     _memory(plan, inputs.role_sizes, strategies, cfg.model.dtype, inputs.actor_params)
+    prompt = max((len(ids) for ids in prompts.ids), default=inputs.prompt_limit)
+    _peak(plan, inputs.actor_config, inputs.role_sizes, Workload(
+        stage, micro_batch=max(1, micro), batch=max(1, episodes // world), prompt=prompt,
+        response=cfg.rollout.max_new_tokens, precision=cfg.run.precision, dtype=cfg.model.dtype,
+        grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.ppo.entropy_coef > 0,
+        parallel_roles=bool(getattr(cfg.cpu, "parallel_roles", False)) and settings_device(cfg) == "cpu",
+        retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)),
+        captured_logprobs=cfg.rollout.capture_logprobs if cfg.rollout.engine != "vllm"
+        else cfg.rollout.use_engine_logprobs, decode_copy=_decode_copy(cfg)))
     if cfg.rollout.engine == "vllm":
         plan.add("memory", f"vLLM: another copy of the actor's weights ({human_bytes(inputs.actor_params * 2)} in "
                            f"bf16) plus its KV cache (rollout.vllm.gpu_memory_utilization of the device)")
     return plan
+
+
+def _decode_copy(cfg) -> int:
+    """Bytes per weight of the lean decode loop's packed copy of the actor's linears: oneDNN packs
+    them once per rollout on CPU (cpu.linear_backend): 4 (fp32, or bf16 and its cast); 0 elsewhere."""
+    if cfg.rollout.engine != "lean" or settings_device(cfg) != "cpu":
+        return 0
+    from tether.engines.cpu.onednn import resolve_backend
+
+    autocast = {"bf16": "bf16", "fp16": "fp16"}.get(cfg.run.precision, "none")
+    if resolve_backend(cfg.cpu.linear_backend, autocast) != "onednn" or autocast == "fp16":
+        return 0
+    return 4
+
+
+def settings_device(cfg) -> str:
+    """The device type the run's engines use (cpu, cuda, ...)."""
+    from tether.engines import engine_settings
+
+    return str(engine_settings(cfg).device).split(":")[0]
 
 
 def _placement(plan: Plan, cfg) -> None:

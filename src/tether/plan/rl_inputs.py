@@ -22,6 +22,7 @@ class RLInputs:
     role_sizes: dict[str, RoleSize] = field(default_factory=dict)
     role_lines: list[str] = field(default_factory=list)
     prompt_limit_capped_by: str | None = None  # why prompt_limit is below rollout.max_prompt_length
+    actor_config: object = None  # the policy's transformers config (its shapes, for the memory model)
 
 
 @dataclass
@@ -140,4 +141,4 @@ def rl_inputs(cfg) -> RLInputs:
     prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
     evaluator = build_evaluator(cfg, tokenizer, cap)
     return RLInputs(tokenizer, prompts, cap.tokens, None if evaluator is None else len(evaluator.prompt_ids),
-                    actor.params, sizes, lines, cap.capped_by)
+                    actor.params, sizes, lines, cap.capped_by, actor_model.config)

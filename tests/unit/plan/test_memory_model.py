@@ -92,3 +92,133 @@ def test_trained_parameters_as_set_up_equal_peft(model, lora):
     assert trained > 0
     if targets == ["q_proj", "v_proj"]:  # by hand: r x (in + out) per layer = 4 x (16 + 16) + 4 x (16 + 8), 2 layers
         assert trained == 448
+
+
+# -- the peak: activations, logits, the KV cache per phase (hand-worked) -----------------------------
+
+from tether.plan.memory import (Shape, Workload, activation_bytes, autocast_copy_bytes, bench_roles,  # noqa: E402
+                                decode_bytes, decode_copy_bytes, head_bytes, inference_activation_bytes, kv_cache_bytes,
+                                layer_activation_bytes, predict_peak, sft_head_bytes)
+
+# hidden 16, 4 heads of 4 (q 16), 2 KV heads (kv 8), MLP 40, 2 layers, vocabulary 100.
+SHAPE = Shape(hidden=16, intermediate=40, layers=2, heads=4, kv_heads=2, vocab=100)
+
+
+def test_shape_of_a_config_and_its_parameter_count():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=100, hidden_size=16, intermediate_size=40, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    shape = Shape.of(config)
+    assert shape == Shape(hidden=16, intermediate=40, layers=2, heads=4, kv_heads=2, vocab=100, tied=True)
+    assert (shape.hd, shape.q, shape.kv) == (4, 16, 8)
+    # Qwen2 (q/k/v biases), tied: the meta model's own count.
+    assert shape.causal_lm_params() == shape_of(meta(Qwen2ForCausalLM, config)).params
+    # Per layer: r (in + out) of q 16->16, k, v 16->8, o 16->16, gate, up 16->40, down 40->16; r = 2, 2 layers.
+    assert shape.lora_params(2) == 2 * 2 * (32 + 24 + 24 + 32 + 56 + 56 + 56)
+
+
+def test_layer_activations_by_hand():
+    # fp32, per token: norms 4 x 16 x 4 B = 256; attention 5 x 16 + MLP 4 x 40 = 240 elements x 4 B = 960.
+    assert layer_activation_bytes(SHAPE, 10, compute=4) == 10 * (256 + 960)
+    # bf16 autocast over fp32: norms 256 + their casts 2 x 16 x 2 = 64 + 240 x 2 = 480.
+    assert layer_activation_bytes(SHAPE, 10, compute=2) == 10 * (256 + 64 + 480)
+    # model.dtype bfloat16: everything half, no casts: 4 x 16 x 2 + 240 x 2.
+    assert layer_activation_bytes(SHAPE, 10, compute=2, residual=2) == 10 * (128 + 480)
+
+
+def test_activations_with_and_without_checkpointing():
+    layer = 12_160  # 10 tokens, fp32 (above)
+    ends = 3 * 10 * 16 * 4  # embedding output, final norm in and out
+    # Without: both layers' kept + one layer's backward working set.
+    assert activation_bytes(SHAPE, 10, 4, checkpointing=False) == 2 * layer + layer + ends == 38_400
+    # With: each layer's input (10 x 16 x 4 B), one recomputed layer, the working set.
+    assert activation_bytes(SHAPE, 10, 4, checkpointing=True) == 2 * 640 + layer + layer + ends == 27_520
+    assert inference_activation_bytes(SHAPE, 10, 4) == layer + 2 * 640
+
+
+def test_head_buffers_at_response_positions():
+    # 6 positions x 100 tokens x 4 B = 2,400 B a buffer.
+    assert head_bytes(6, 100, grad=False) == 2 * 2400  # logits + logsumexp's temporary
+    assert head_bytes(6, 100, grad=True) == 4 * 2400  # + the gather's gradient, logsumexp's exp and product
+    assert head_bytes(6, 100, grad=True, entropy=True) == 7 * 2400
+    assert head_bytes(6, 100, grad=True, chunk=2) == 5 * 800  # one chunk of 2 positions at a time, recomputed
+    assert head_bytes(6, 100, grad=False, chunk=2) == 3 * 800
+    assert head_bytes(6, 100, grad=False, chunk=50) == 2 * 2400  # a chunk above the positions: all of them
+    # SFT: every position via the model's logits: fp32 4 buffers; bf16 logits add 2 half-size ones.
+    assert sft_head_bytes(6, 100, 4) == 4 * 2400
+    assert sft_head_bytes(6, 100, 2) == 4 * 2400 + 2 * 1200
+
+
+def test_kv_cache_and_decode():
+    # 2 (k and v) x 2 layers x 8 (2 KV heads x 4) x 20 tokens x batch 3 x 2 B.
+    assert kv_cache_bytes(SHAPE, 3, 20, 2) == 2 * 2 * 8 * 20 * 3 * 2 == 3840
+    # One layer's cache copied as it grows + 4 fp32 [3, 100] sampling buffers.
+    assert decode_bytes(SHAPE, 3, 20, 2) == 2 * 8 * 20 * 3 * 2 + 4 * 3 * 100 * 4
+
+
+def test_autocast_copies():
+    linears = 2 * (16 * 16 + 2 * 16 * 8 + 16 * 16 + 3 * 16 * 40)  # 2 layers of q, k, v, o, gate, up, down
+    full, lora = RoleSize(trained=1), RoleSize(frozen=1, trained=1)
+    assert autocast_copy_bytes(SHAPE, full, True, True, 4, 4) == 0  # no autocast
+    assert autocast_copy_bytes(SHAPE, full, False, True, 2, 4) == 2 * linears  # trained: cached
+    assert autocast_copy_bytes(SHAPE, lora, True, False, 2, 4) == 2 * linears  # frozen, kept for backward
+    assert autocast_copy_bytes(SHAPE, lora, True, True, 2, 4) == 2 * linears // 2  # one layer at a time
+
+
+def test_sft_peak_by_hand():
+    # 1,000 trained fp32 parameters; one example of 5 tokens; no process baseline.
+    peak = predict_peak(SHAPE, {"policy": RoleSize(trained=1000)}, Workload("sft", micro_batch=1, seq=5), baseline=0)
+    per_layer = 5 * 1216
+    split = peak["split"]
+    assert (split["weights"], split["gradients"], split["optimizer"]) == (4000, 4000, 8000)
+    assert split["activations"] == 3 * per_layer + 3 * 5 * 64
+    assert split["logits"] == 4 * 4 * 100 * 4  # 4 positions predict the next token
+    assert split["optimizer_step"] == 0  # AdamW's step comes after the backward, and needs less here
+    assert peak["total"] == split["total"] == 4000 + 4000 + 8000 + 18_240 + 960 + 6400
+    # A larger vocabulary: AdamW's two temporaries of the embedding's size (fp32) outgrow the backward's buffers
+    # (the 2,000 x 16 embedding's 256,000 B against activations 19,200 + logits 4 x 4 x 2,000 x 4 = 147,200).
+    wide = predict_peak(Shape(16, 40, 2, 4, 2, vocab=2000), {"policy": RoleSize(trained=1000)},
+                        Workload("sft", micro_batch=1, seq=5), baseline=0)["split"]
+    assert (wide["optimizer_step"], wide["activations"], wide["logits"]) == (2 * 2000 * 16 * 4, 0, 0)
+    assert wide["total"] == 4000 + 4000 + 8000 + 256_000
+    assert peak["phase"] == "update" and set(peak["phases"]) == {"update"}
+
+
+def test_rl_phases_and_the_peak():
+    roles = bench_roles(SHAPE, "ppo", None)
+    assert set(roles) == {"actor", "reference", "critic", "reward"}
+    run = Workload("ppo", micro_batch=2, batch=4, prompt=6, response=4)
+    peak = predict_peak(SHAPE, roles, run, baseline=100)
+    assert set(peak["phases"]) == {"rollout", "logprobs", "update"}
+    rollout, update = peak["phases"]["rollout"], peak["phases"]["update"]
+    assert rollout["kv_cache"] == kv_cache_bytes(SHAPE, 4, 10, 4) and update["kv_cache"] == 0
+    assert update["gradients"] == roles["actor"].trained * 4  # the larger of the two trained roles' passes
+    assert peak["total"] == max(p["total"] for p in peak["phases"].values())
+    assert rollout["baseline"] == 100 and rollout["weights"] == sum(
+        (r.trained + r.frozen) * 4 for r in roles.values())
+    # GRPO: no critic; LoRA: no reference copy, the adapters alone trained.
+    grpo = bench_roles(SHAPE, "grpo", 2)
+    assert set(grpo) == {"actor", "reference", "reward"} and grpo["reference"] == RoleSize()
+    assert grpo["actor"].trained == SHAPE.lora_params(2)
+    # The decode loop's oneDNN-packed linears (4 B a weight) while generating: none of this shape's reach
+    # 2**22 multiply-accumulates at batch 4; all of them at batch 2**18 / 16 (the smallest, k and v, 16 x 8).
+    packed = predict_peak(SHAPE, roles, Workload("ppo", 2, 4, prompt=6, response=4, decode_copy=4), baseline=100)
+    assert packed["phases"]["rollout"]["weight_copies"] == 0
+    linears = 2 * (16 * 16 + 2 * 16 * 8 + 16 * 16 + 3 * 16 * 40)
+    assert decode_copy_bytes(SHAPE, 2**22 // 128, 4) == 4 * (linears + 100 * 16)
+    # Batch 4 at a real shape (Qwen2.5-0.5B): gate, up and down (896 x 4864: 17.4M MACs) and the head
+    # (896 x 151,936) are packed; q and o (896 x 896: 3.2M) and k, v are not.
+    qwen = Shape(hidden=896, intermediate=4864, layers=24, heads=14, kv_heads=2, vocab=151_936)
+    assert decode_copy_bytes(qwen, 4, 4) == 4 * (24 * 3 * 896 * 4864 + 896 * 151_936)
+    assert packed["phases"]["update"] == update
+    # The update's two threads (parallel_roles) beside what the main thread's rollout freed and glibc kept.
+    threads = predict_peak(SHAPE, roles, Workload("ppo", 2, 4, prompt=6, response=4, parallel_roles=True,
+                                                  retained_heap=True), baseline=0)["phases"]
+    def transient(phase):
+        return threads[phase]["total"] - threads[phase]["weights"] - threads[phase]["optimizer"]
+
+    assert threads["update"]["retained"] == max(transient("rollout"), transient("logprobs")) > 0
+    assert threads["update"]["gradients"] == (roles["actor"].trained + roles["critic"].trained) * 4
+    chunked = predict_peak(SHAPE, roles, Workload("ppo", 2, 4, prompt=6, response=4, logprob_chunk=2))
+    assert chunked["phases"]["update"]["logits"] == head_bytes(8, 100, True, chunk=2) == 5 * 2 * 100 * 4

@@ -99,6 +99,8 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=0, help="run.threads (0: the free cores)")
+    parser.add_argument("--stages", default="sft,rm,ppo,grpo",
+                        help="which stages to run (later ones read the earlier ones' outputs in --work)")
     args = parser.parse_args()
 
     work = args.work.resolve()
@@ -136,6 +138,8 @@ def main() -> None:
     report = {"model": args.model, "precision": args.precision, "machine": platform.processor() or platform.machine(),
               "cpus": os.cpu_count(), "stages": {}}
     for name, argv in stages.items():
+        if name not in args.stages.split(","):
+            continue
         result = run_stage(name, argv, work / f"{name}.log", env)
         rows = step_rows(runs / name)
         result["steps"] = len(rows)

@@ -29,7 +29,7 @@ from tether.loops.common import batch_indices, begin_run, data_limit, log_data_c
 from tether.loops.reward_model import load_pairs
 from tether.loops.sft import optimizer_spec
 from tether.cards import model_card
-from tether.loops.supervised import SupervisedJob, train_supervised
+from tether.loops.supervised import SupervisedJob, sequence_tokens, train_supervised
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.loading import load_model_config
 from tether.models.lora import is_peft, trainable
@@ -184,7 +184,7 @@ def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
         return engine.infer(evaluate_dpo, evals, ref_eval, pad, batch, beta, kind, smoothing, autocast)
 
     job = SupervisedJob(stage="dpo", engine=engine, tokenizer=tokenizer, train=list(range(len(train))), loss=loss,
-                        evaluate=evaluate if evals else None)
+                        evaluate=evaluate if evals else None, tokens_of=lambda i: sequence_tokens(train[i]))
     t0 = time.perf_counter()
     eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
     save_final(out, engine, tokenizer, {"stage": "dpo", "steps": total_steps},

@@ -29,7 +29,7 @@ from tether.loops.common import (
     steps_for,
 )
 from tether.cards import model_card
-from tether.loops.supervised import SupervisedJob, train_supervised
+from tether.loops.supervised import SupervisedJob, sequence_tokens, train_supervised
 from tether.loops.sft import optimizer_spec, split_holdout
 from tether.metrics import MetricsLogger
 from tether.engines import TrainingEngine, engine_settings, prepare_models
@@ -184,7 +184,7 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
         return engine.infer(evaluate_pairs, evals, pad, cfg.optim.batch_size, 0.0, autocast)
 
     job = SupervisedJob(stage="rm", engine=engine, tokenizer=tokenizer, train=list(range(len(train))), loss=loss,
-                        evaluate=evaluate if evals else None)
+                        evaluate=evaluate if evals else None, tokens_of=lambda i: sequence_tokens(train[i]))
     t0 = time.perf_counter()
     eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
     if cfg.normalize and evals:

@@ -30,7 +30,8 @@ class SupervisedJob:
 
     ``loss(model, items)`` returns the micro-batch's mean loss (a tensor) and a dict of float
     stats; the engine weights micro-batches by their share of the batch (``weight_of`` each
-    item, e.g. its response tokens). ``evaluate()`` returns a dict of eval metrics.
+    item, e.g. its response tokens). ``evaluate()`` returns a dict of eval metrics. ``tokens_of``
+    counts an item's tokens for ``perf/tokens_per_s`` (items that are indices: their row's).
     """
 
     stage: str
@@ -40,6 +41,7 @@ class SupervisedJob:
     loss: Callable
     evaluate: Callable[[], dict] | None
     weight_of: Callable[[object], float] = lambda item: 1.0
+    tokens_of: Callable[[object], int] = lambda item: sequence_tokens(item)  # for perf/tokens_per_s
 
 
 def sequence_tokens(item) -> int:
@@ -84,7 +86,7 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
         sums = result["stats"]
         norm = result["grad_norm"] if result["grad_norm"] is not None else float("nan")
         items_seen += len(items)
-        tokens_seen += sum(sequence_tokens(x) for x in items)
+        tokens_seen += sum(job.tokens_of(x) for x in items)
         bar.update(1)
         if "train/loss" in sums:
             bar.set_postfix(loss=f"{sums['train/loss']:.3f}")

@@ -1,0 +1,18 @@
+"""perf/tokens_per_s counts what goes through the model, padding left out: a demonstration's
+sequence, a pair's prompt twice with each response."""
+
+from tether.data.tokenize import TokenizedPreference, TokenizedSFT
+from tether.loops.supervised import sequence_tokens
+
+
+def test_a_demonstration_counts_its_sequence():
+    assert sequence_tokens(TokenizedSFT(input_ids=[1, 2, 3, 4], loss_mask=[0, 0, 1, 1])) == 4
+
+
+def test_a_pair_counts_the_prompt_with_each_response():
+    pair = TokenizedPreference(prompt_ids=[1, 2, 3], chosen_ids=[4, 5], rejected_ids=[6, 7, 8, 9])
+    assert sequence_tokens(pair) == 3 + 2 + 3 + 4
+
+
+def test_anything_else_counts_nothing():
+    assert sequence_tokens(7) == 0

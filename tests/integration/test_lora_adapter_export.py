@@ -83,3 +83,13 @@ def test_rebuilt_sharded_model_keeps_the_absolute_base(foreign, tmp_path, monkey
 
     PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(recorded["base_model_name_or_path"]),
                               str(tmp_path / "final" / ADAPTER_DIR))
+
+
+def test_a_lora_run_reruns_into_its_own_directory(foreign, tmp_path):
+    """The same command again starts afresh in place: the final save replaces the earlier
+    adapter/ directory (a rename cannot replace a non-empty directory)."""
+    out = _lora_sft(foreign, tmp_path)
+    first = (out / ADAPTER_DIR / "adapter_model.safetensors").stat().st_mtime_ns
+    assert _lora_sft(foreign, tmp_path) == out
+    assert (out / ADAPTER_DIR / "adapter_model.safetensors").stat().st_mtime_ns != first
+    assert not list(out.glob(".final-staging*"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import sys
 import threading
 import time
@@ -198,7 +199,10 @@ def save_final(out: str | Path, model, tokenizer, meta: dict | None = None, card
 
     staged = atomic_write_dir(out / ".final-staging", write, meta)
     for path in sorted(staged.iterdir(), key=lambda p: p.name == MANIFEST):
-        os.replace(path, out / path.name)
+        target = out / path.name
+        if target.is_dir() and not target.is_symlink():  # a rerun's adapter/ or critic/: rename cannot replace it
+            shutil.rmtree(target)
+        os.replace(path, target)
         fault_point("final-move")
     staged.rmdir()
     barrier()

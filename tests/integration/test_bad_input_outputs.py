@@ -1,5 +1,5 @@
 """Output paths and lengths are checked before the work, for every command that writes files
-(issue 33, class 4): `tether pairs` used to sample every prompt and then die with a
+(docs/reliability.md, "second round", class 4): `tether pairs` used to sample every prompt and then die with a
 FileNotFoundError traceback (``--out`` in a missing directory) or an IndexError (``--max-new-tokens``
 past GPT-2's position table). And what a run writes about itself says what ran (class 9): a
 length the model's context capped is shown capped in the model card, config.yaml and the dry run.

@@ -1,4 +1,4 @@
-"""Outside services that do not answer (issue 33, class 3): each fails within its bound
+"""Outside services that do not answer (docs/reliability.md, "second round", class 3): each fails within its bound
 (``TETHER_SERVICE_TIMEOUT_S``, see ``tether.services``) with one paragraph naming the setting,
 exit 2, and no run directory.
 

@@ -1,4 +1,4 @@
-"""Peak RSS is each process's own (issue 33, class 9): `tether compare` reported one 616 MB for
+"""Peak RSS is each process's own (docs/reliability.md, "second round", class 9): `tether compare` reported one 616 MB for
 every method, because a child started by fork/vfork + exec keeps the parent's ru_maxrss."""
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     which argparse would otherwise take for tether's own)."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    head = [a for a in argv[: argv.index("launch")]] if "launch" in argv else None
+    head = argv[: argv.index("launch")] if "launch" in argv else None
     if head is not None and all(a in ("-v", "--verbose") for a in head):
         rest = argv[len(head) + 1:]
         if rest and rest[0] in ("-h", "--help"):

@@ -24,6 +24,16 @@ from tether.runs import fault_point
 from tether.runtime import rank_seed, world_size
 
 
+def sequence_tokens(item) -> int:
+    """Tokens one training item puts through the model, padding not counted: a demonstration's
+    sequence, or a pair's prompt + chosen and prompt + rejected (``perf/tokens_per_s``)."""
+    if hasattr(item, "input_ids"):
+        return len(item.input_ids)
+    if hasattr(item, "chosen_ids"):
+        return 2 * len(item.prompt_ids) + len(item.chosen_ids) + len(item.rejected_ids)
+    return 0
+
+
 @dataclass
 class SupervisedJob:
     """What a stage hands to :func:`train_supervised`.
@@ -41,17 +51,7 @@ class SupervisedJob:
     loss: Callable
     evaluate: Callable[[], dict] | None
     weight_of: Callable[[object], float] = lambda item: 1.0
-    tokens_of: Callable[[object], int] = lambda item: sequence_tokens(item)  # for perf/tokens_per_s
-
-
-def sequence_tokens(item) -> int:
-    """Tokens one training item puts through the model, padding not counted: a demonstration's
-    sequence, or a pair's prompt + chosen and prompt + rejected (``perf/tokens_per_s``)."""
-    if hasattr(item, "input_ids"):
-        return len(item.input_ids)
-    if hasattr(item, "chosen_ids"):
-        return 2 * len(item.prompt_ids) + len(item.chosen_ids) + len(item.rejected_ids)
-    return 0
+    tokens_of: Callable[[object], int] = sequence_tokens  # for perf/tokens_per_s
 
 
 def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt: Path | None) -> dict:

@@ -336,7 +336,7 @@ def decode_copy_bytes(shape: Shape, batch: int, per_weight: int) -> int:
 
 
 def default_logprob_chunk(vocab: int) -> int:
-    """Positions per chunk of tether's LM head where it runs in chunks (log-probs of RL and DPO):
+    """Positions per chunk of tether's LM head (the log-probs of SFT, DPO and RL):
     :func:`tether.models.forward.logprob_chunk`."""
     from tether.models.forward import logprob_chunk
 

@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# Issue 6's measurements of TRL 1.12 (fp32, 2 threads, another machine of this class) and the
-# ratios it asks for; the targets are ratio x TRL's time measured alongside, when there is one.
+# TRL 1.12's seconds per iteration on this configuration from another machine of this class (fp32,
+# 2 threads), used when no TRL run is in the rotation, and tether's target ratios against TRL; the
+# targets are ratio x TRL's time measured alongside, when there is one.
 TRL_FP32_ISSUE = {"tiny": 1.34, "small": 4.26, "medium": 8.26}
 RATIO_FP32 = {"tiny": 0.5, "small": 0.65, "medium": 0.75}
 RATIO_BF16 = {"small": 0.4, "medium": 0.4}
@@ -44,7 +45,7 @@ VARIANTS = {
     "bf16": ("bf16", []),
     "fp32+compile": ("fp32", ["ppo.compile=true"]),
     "bf16+compile": ("bf16", ["ppo.compile=true"]),
-    # A different model (value head on the actor's trunk): reported beside, not instead of, the issue's.
+    # A different model (value head on the actor's trunk): reported beside, not instead of, the separate critic's.
     "fp32+shared_trunk": ("fp32", ["critic.shared_trunk=true"]),
     "bf16+shared_trunk": ("bf16", ["critic.shared_trunk=true"]),
 }
@@ -114,13 +115,14 @@ def _med(reports: list[dict], *keys):
 
 
 def machines(points: dict[tuple[str, str], list[dict]], out: Path) -> list[str]:
-    """The CPUs the tether reports ran on, one line each. Reports from before session 8 name none:
-    then ``machine.json`` in ``out`` (a ``cpu_description()`` written beside them), if any."""
+    """The CPUs the tether reports ran on, one line each. Reports without a ``cpu`` field (older
+    benches did not record one) fall back on ``machine.json`` in ``out`` (a ``cpu_description()``
+    written beside them), if any."""
     from tether.engines.cpu.describe import describe
 
     fallback = out / "machine.json"
     unnamed = (describe(json.loads(fallback.read_text())) + " (machine.json)" if fallback.exists()
-               else "CPU not recorded (reports before session 8)")
+               else "CPU not recorded (the reports have no cpu field)")
     seen = {describe(r["cpu"]) if r.get("cpu", {}).get("model") else unnamed
             for (_, name), reports in points.items() if name != "trl" for r in reports}
     return sorted(seen)

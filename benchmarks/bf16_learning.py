@@ -4,7 +4,7 @@ PPO on the demo task from one SFT + reward model: runs the demo preset (configs/
 in each variant for a few seeds from an existing demo run directory (its task/, sft/ and rm/),
 then scores every final policy on the held-out prompts the way `tether demo` does (4 samples
 per prompt, gold judge). Prints one JSON report: gold score per run, mean and spread per
-variant, PPO seconds. Variants (``--precisions``, named so for history):
+variant, PPO seconds. Variants (``--precisions``, a flag that also takes non-precision variants):
 
     none          the preset (fp32)
     bf16          run.precision=bf16
@@ -42,7 +42,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--precisions", nargs="+", default=["none", "bf16"], choices=list(VARIANTS))
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="Extra PPO config overrides for every run (e.g. critic.lr=1e-3).")
+                    help="Extra PPO config overrides for every run (e.g. critic.optim.lr=1e-3).")
     args = ap.parse_args()
 
     import torch

@@ -2,7 +2,7 @@
 Llama, at several batch sizes and response lengths; vLLM's start-up time. Prints a markdown table
 and writes the JSON. Run it where vLLM is installed (.venv-vllm on a CPU: `make install-vllm`):
 
-    .venv-vllm/bin/python benchmarks/engines.py --size small --out benchmarks/results/engines.json
+    .venv-vllm/bin/python benchmarks/engines.py --size small --out benchmarks/results/vllm-rollouts/engines.json
 
 Every response is forced to its full length (min_new_tokens = max_new_tokens), temperature 0.7,
 vLLM without per-request seeds (its CPU build fails on seeded requests in large batches),

@@ -134,37 +134,59 @@ def _numbers(result: Mapping) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and not (isinstance(v, float) and math.isnan(v))}
 
 
-def _rl(algorithm: str):
-    def run(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False,
-            on_iteration=None) -> RunResult:
-        from tether.config import PPOConfig
-        from tether.loops.ppo import run_ppo
+def run(stage: str, config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False,
+        on_iteration=None) -> RunResult:
+    """Run the stage ``stage`` (``tether STAGE``): any of :func:`tether.stages.stages` — sft, rm,
+    dpo or a registered RL algorithm, a plugin's included — with its config (object, dict or YAML
+    path) and overrides -> :class:`RunResult`. ``on_iteration(iteration, stats, trainer)``: RL only."""
+    from tether.stages import stage_spec
 
-        check_arguments(algorithm, overrides, resume, on_iteration)
-        for given in given_algorithms(config, overrides):  # the function names the algorithm, as the command does
-            if given != algorithm:
-                raise ConfigError(f"Config key 'algorithm' = {given!r} given to tether.{algorithm}(): "
-                                  f"call tether.{given}() (or drop the key).")
-        cfg = resolve_config(PPOConfig, config, overrides, forced={"algorithm": algorithm}, caller=algorithm)
+    spec = stage_spec(stage, "run")
+    caller = spec.api
+    check_arguments(caller, overrides, resume, on_iteration)
+    if spec.algorithm is None:
+        if on_iteration is not None:
+            raise ConfigError(f"tether.{caller}(): argument 'on_iteration' is for the RL stages; {stage} has no "
+                              "iterations.")
+        cfg = resolve_config(spec.config_class(), config, overrides, caller=caller)
         with _quiet_transformers():
-            result = run_ppo(cfg, on_iteration=on_iteration, resume=resume)
-        history = result["history"]
-        metrics = {**(_numbers(history[-1]) if history else {}), "time_s": result["time_s"]}
-        return RunResult(algorithm, Path(cfg.run.out), metrics, cfg, history, result.get("alarms", []),
-                         result.get("stopped_by"))
+            return RunResult(stage, Path(cfg.run.out), _numbers(spec.run_function()(cfg, resume=resume)), cfg)
+    algorithm = spec.algorithm
+    for given in given_algorithms(config, overrides):  # the function names the algorithm, as the command does
+        if given != algorithm:
+            raise ConfigError(f"Config key 'algorithm' = {given!r} given to tether.{algorithm}(): "
+                              f"call tether.{given}() (or drop the key).")
+    cfg = resolve_config(spec.config_class(), config, overrides, forced={"algorithm": algorithm}, caller=caller)
+    with _quiet_transformers():
+        result = spec.run_function()(cfg, on_iteration=on_iteration, resume=resume)
+    history = result["history"]
+    metrics = {**(_numbers(history[-1]) if history else {}), "time_s": result["time_s"]}
+    return RunResult(algorithm, Path(cfg.run.out), metrics, cfg, history, result.get("alarms", []),
+                     result.get("stopped_by"))
 
-    run.__name__ = run.__qualname__ = algorithm
-    run.__doc__ = (f"Run {algorithm.upper() if algorithm != 'reinforce_pp' else 'REINFORCE++'} (``tether {algorithm}``): "
-                   "a :class:`tether.config.PPOConfig` (or a dict or YAML path) and overrides -> :class:`RunResult` "
-                   "with every iteration's metrics in ``history``. ``resume``: continue the run in ``run.out``; "
-                   "``on_iteration(iteration, stats, trainer)`` is called after every iteration.")
-    return run
+
+def _rl(algorithm: str):
+    """``tether.ALGORITHM(config, overrides, resume=, on_iteration=)``: :func:`run` of that algorithm's stage."""
+    def call(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False,
+             on_iteration=None) -> RunResult:
+        return run(algorithm, config, overrides, resume=resume, on_iteration=on_iteration)
+
+    from tether.algorithms.registry import algorithm_spec
+
+    call.__name__ = call.__qualname__ = algorithm
+    call.__doc__ = (f"Run {algorithm_spec(algorithm).title} (``tether {algorithm}``): a :class:`tether.config.PPOConfig` "
+                    "(or a dict or YAML path) and overrides -> :class:`RunResult` with every iteration's metrics in "
+                    "``history``. ``resume``: continue the run in ``run.out``; ``on_iteration(iteration, stats, "
+                    "trainer)`` is called after every iteration.")
+    return call
 
 
 def given_algorithms(config, overrides) -> list[str]:
     """Every ``algorithm`` a caller set explicitly: in ``overrides`` (a dict or ``key=value``
     strings), in ``config`` (a dict, a YAML preset's path, or a config object whose value is not
     the default). ``tether grpo`` and ``tether.grpo()`` refuse any that is not theirs."""
+    from tether.algorithms.registry import DEFAULT_ALGORITHM
+
     given = []
     for source in (overrides, config):
         if isinstance(source, Mapping) and "algorithm" in source:
@@ -172,7 +194,7 @@ def given_algorithms(config, overrides) -> list[str]:
         elif isinstance(source, Sequence) and not isinstance(source, str):
             given += [t.split("=", 1)[1].strip() for t in source
                       if isinstance(t, str) and t.split("=", 1)[0].strip() == "algorithm"]
-    if dataclasses.is_dataclass(config) and config.algorithm != "ppo":  # a config object's default is no choice
+    if dataclasses.is_dataclass(config) and config.algorithm != DEFAULT_ALGORITHM:  # the default is no choice
         given.append(config.algorithm)
     if isinstance(config, (str, os.PathLike)):
         from tether.config.base import read_yaml
@@ -186,56 +208,41 @@ def given_algorithms(config, overrides) -> list[str]:
 def sft(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
     """Supervised fine-tuning (``tether sft``): a :class:`tether.config.SFTConfig` (or a dict or YAML
     path) and overrides -> :class:`RunResult` (metrics: ``eval/loss``, ``steps``, ``time_s``)."""
-    from tether.config import SFTConfig
-    from tether.loops.sft import run_sft
-
-    check_arguments("sft", overrides, resume)
-    cfg = resolve_config(SFTConfig, config, overrides, caller="sft")
-    with _quiet_transformers():
-        return RunResult("sft", Path(cfg.run.out), _numbers(run_sft(cfg, resume=resume)), cfg)
+    return run("sft", config, overrides, resume=resume)
 
 
 def reward_model(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
     """The Bradley-Terry reward model (``tether rm``): a :class:`tether.config.RewardModelConfig` (or a
     dict or YAML path) and overrides -> :class:`RunResult` (metrics: ``eval/accuracy``, ...)."""
-    from tether.config import RewardModelConfig
-    from tether.loops.reward_model import run_reward_model
-
-    check_arguments("reward_model", overrides, resume)
-    cfg = resolve_config(RewardModelConfig, config, overrides, caller="reward_model")
-    with _quiet_transformers():
-        return RunResult("rm", Path(cfg.run.out), _numbers(run_reward_model(cfg, resume=resume)), cfg)
+    return run("rm", config, overrides, resume=resume)
 
 
 def dpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
     """DPO or IPO (``tether dpo``): a :class:`tether.config.DPOConfig` (or a dict or YAML path) and
     overrides -> :class:`RunResult`."""
-    from tether.config import DPOConfig
-    from tether.loops.dpo import run_dpo
-
-    check_arguments("dpo", overrides, resume)
-    cfg = resolve_config(DPOConfig, config, overrides, caller="dpo")
-    with _quiet_transformers():
-        return RunResult("dpo", Path(cfg.run.out), _numbers(run_dpo(cfg, resume=resume)), cfg)
+    return run("dpo", config, overrides, resume=resume)
 
 
 def dry_run(stage: str, config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False):
     """``tether STAGE --dry-run`` from Python: the :class:`tether.plan.Plan` (``print(plan.render())``;
     ``plan.memory``: estimated bytes per role), after the run's own checks of the config, the run
     directory, the tokenizer, the models' configs and the data. Reads no weights, writes nothing."""
-    from tether.commands.stage import RL_COMMANDS, _config_class
     from tether.plan import dry_run as plan
+    from tether.stages import stage_spec
 
     check_arguments("dry_run", overrides, resume)
-    if not isinstance(stage, str) or stage not in ("sft", "rm", "dpo", *RL_COMMANDS):
-        raise ConfigError(f"tether.dry_run: unknown stage {stage!r}; expected sft, rm, dpo or one of {list(RL_COMMANDS)}.")
-    forced = {"algorithm": stage} if stage in RL_COMMANDS else None
+    spec = stage_spec(stage, "dry_run")
+    forced = {"algorithm": spec.algorithm} if spec.algorithm else None
     with _quiet_transformers():
-        return plan(stage, resolve_config(_config_class(stage), config, overrides, forced, caller="dry_run"),
+        return plan(stage, resolve_config(spec.config_class(), config, overrides, forced, caller="dry_run"),
                     resume=resume)
 
 
-ppo = _rl("ppo")
-grpo = _rl("grpo")
-rloo = _rl("rloo")
-reinforce_pp = _rl("reinforce_pp")
+def __getattr__(name: str):
+    """``tether.api.NAME`` for every registered RL algorithm (``ppo``, ``grpo``, a plugin's)."""
+    from tether.algorithms.registry import ALGORITHMS, load_plugins
+
+    load_plugins()
+    if name in ALGORITHMS:
+        return _rl(name)
+    raise AttributeError(f"module 'tether.api' has no attribute {name!r}")

@@ -20,18 +20,29 @@ STAGE_KEYS = {
     "dpo": (*SUPERVISED_KEYS, "dpo.beta", "dpo.loss", "dpo.label_smoothing"),
     "rl": ("algorithm", "ppo.iterations", "rollout.batch_size", "group.size", "rollout.max_prompt_length",
            "rollout.max_new_tokens", "rollout.temperature", "kl.coef", "kl.controller", "kl.estimator",
-           "kl.placement", "ppo.epochs", "ppo.minibatch_size", "ppo.clip", "ppo.actor_lr", "reward.models"),
+           "kl.placement", "ppo.epochs", "ppo.minibatch_size", "ppo.clip", "optim.lr", "reward.models"),
 }
-RL_STAGES = ("ppo", "grpo", "rloo", "reinforce_pp")
-DESCRIPTIONS = {
+SUPERVISED_DESCRIPTIONS = {
     "sft": "supervised fine-tuning on demonstrations (loss on response tokens only)",
     "rm": "a Bradley-Terry reward model trained on preference pairs",
     "dpo": "DPO on preference pairs (the policy trained directly, no reward model)",
-    "ppo": "PPO-RLHF against a reward model, with a KL penalty to the starting policy",
-    "grpo": "GRPO against a reward model (group-mean baseline, no critic)",
-    "rloo": "RLOO against a reward model (leave-one-out baseline, no critic)",
-    "reinforce_pp": "REINFORCE++ against a reward model (batch-normalised returns, no critic)",
 }
+
+
+def is_rl_stage(stage: str) -> bool:
+    """Whether ``stage`` is a registered RL algorithm's (a plugin's included)."""
+    from tether.algorithms.registry import ALGORITHMS
+
+    return stage in ALGORITHMS
+
+
+def description(stage: str) -> str:
+    """What a model trained by ``stage`` is: the supervised stages' own, an RL algorithm's registry entry."""
+    if stage in SUPERVISED_DESCRIPTIONS:
+        return SUPERVISED_DESCRIPTIONS[stage]
+    from tether.algorithms.registry import algorithm_spec
+
+    return algorithm_spec(stage).purpose
 
 
 def base_model_of(name_or_path: str) -> str | None:
@@ -112,23 +123,23 @@ def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "pol
     from tether.config.base import flat_dict
 
     settings = flat_dict(to_dict(cfg))
-    if stage in RL_STAGES:
+    if is_rl_stage(stage):
         settings["group.size"] = cfg.samples_per_prompt  # null resolves per algorithm: show what ran
     ran = capped_values(limits)
     source = cfg.model.name_or_path
     scalar = role in ("reward", "critic")
     lora = bool(settings.get("lora.r")) or bool(settings.get("lora.adapter"))
-    tags = ["tether", stage, *(["rlhf"] if stage in RL_STAGES else []), *(["lora"] if lora else []),
+    tags = ["tether", stage, *(["rlhf"] if is_rl_stage(stage) else []), *(["lora"] if lora else []),
             *(["reward-model"] if role == "reward" else []), *(["value-model"] if role == "critic" else [])]
     data = ModelCardData(library_name="transformers", base_model=base_model_of(source), tags=tags,
                          datasets=_hub_datasets(cfg) or None,
                          pipeline_tag="text-classification" if scalar else "text-generation")
-    keys = [*STAGE_KEYS["rl" if stage in RL_STAGES else stage], *COMMON_KEYS]
+    keys = [*STAGE_KEYS["rl" if is_rl_stage(stage) else stage], *COMMON_KEYS]
     if not lora:
         keys = [k for k in keys if not k.startswith("lora.")]
     rows = [f"| `{k}` | {ran.get(k) or _value(settings[k])} |" for k in keys if k in settings]
     final = _final_metrics(metrics)
-    what = "PPO's critic (value model), trained beside the policy" if role == "critic" else DESCRIPTIONS[stage]
+    what = "the critic (value model) trained beside the policy" if role == "critic" else description(stage)
     path = str(out)
     if scalar:
         load = (f"from transformers import AutoModelForSequenceClassification, AutoTokenizer\n\n"

@@ -6,12 +6,11 @@ A :class:`~tether.errors.TetherError` prints one paragraph and exits with code 2
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 
-from tether.commands import COMMANDS
+import tether.commands as commands
 from tether.errors import ConfigError, DataError, ModelError, TetherError
 
 
@@ -19,8 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tether", description="PPO-based RLHF that runs on a laptop CPU.")
     parser.add_argument("-v", "--verbose", action="store_true", help="Log debug messages and library output.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"tether.commands.{name}").register(sub)
+    for name in commands.command_names():
+        commands.register(sub, name)
     return parser
 
 
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     quiet_libraries(args.verbose)
     try:
-        return importlib.import_module(f"tether.commands.{args.command}").run(args)
+        return commands.run(args)
     except TetherError as err:
         if _reports(err):
             rank = os.environ.get("RANK", "0")

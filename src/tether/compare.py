@@ -19,26 +19,48 @@ import subprocess
 import time
 from pathlib import Path
 
+from tether.algorithms.registry import ALGORITHMS, DEFAULT_ALGORITHM, load_plugins
 from tether.runs import write_json
 
-METHODS = ("ppo", "grpo", "rloo", "reinforce_pp", "dpo")
-RL_METHODS = ("ppo", "grpo", "rloo", "reinforce_pp")
+DPO = "dpo"  # the one method that is not an RL algorithm: trained on the demo's preference pairs
 DPO_SNAPSHOTS = 4  # DPO checkpoints evaluated along the way (its trajectory)
+
+
+def rl_methods() -> tuple[str, ...]:
+    """The RL algorithms ``tether compare`` can run: every registered one (plugins included)."""
+    load_plugins()
+    return tuple(ALGORITHMS)
+
+
+def methods() -> tuple[str, ...]:
+    """Every method ``tether compare`` can run: the RL algorithms, then DPO."""
+    return (*rl_methods(), DPO)
+
+
+def method_preset(method: str) -> Path:
+    """The demo preset a method runs from (a plugin algorithm brings its own: a clear error until it does)."""
+    from tether.demo import PRESETS, preset
+
+    if preset(method) is None:
+        from tether.errors import ConfigError
+
+        raise ConfigError(f"tether compare runs each method from its demo preset: write {PRESETS / method}.yaml for "
+                          f"{method!r} (configs/demo/grpo.yaml is one to start from).")
+    return preset(method)
 
 
 def method_args(method: str, demo: Path, out: Path, seed: int, extra: list[str]) -> list[str]:
     """The command line of one method: its preset with the demo's paths (as `tether demo` runs PPO)."""
-    from tether.demo import preset
-
     task = demo / "task"
+    config = method_preset(method)
     common = [f"run.out={out / method}", f"run.seed={seed}", "run.overwrite=true", "run.progress=false",
               f"model.name_or_path={demo / 'sft'}"]
-    if method == "dpo":
+    if method == DPO:
         paths = [f"data.train={task / 'prefs_train.jsonl'}", f"data.eval={task / 'prefs_eval.jsonl'}"]
     else:
         paths = [f"prompts={task / 'ppo_prompts.jsonl'}", f"reward.models=[{demo / 'rm'}]",
                  f"eval.prompts={task / 'eval_prompts.jsonl'}"]
-    return [method, "--config", str(preset(method)), *common, *paths, *extra]
+    return [method, "--config", str(config), *common, *paths, *extra]
 
 
 def run_method(argv: list[str], log_path: Path) -> dict:
@@ -60,18 +82,21 @@ def rl_trajectory(run_dir: Path) -> list[dict]:
              "kl": r.get("eval/kl")} for r in read_metrics(run_dir / "metrics.jsonl") if "eval/kl" in r]
 
 
-def compare_demo(out: Path, demo: Path | None = None, methods=METHODS, seed: int = 0,
+def compare_demo(out: Path, demo: Path | None = None, methods=None, seed: int = 0,
                  overrides: dict[str, list[str]] | None = None, eval_repeats: int = 4, say=print) -> dict:
     """Run ``methods`` from the demo's SFT and RM (``demo``, or a fresh demo under ``out/demo``),
     score them all and write compare.json / .md / .png in ``out``; returns compare.json's data."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    methods = globals()["methods"]() if methods is None else methods
+    for method in methods:  # every preset there before the first run starts
+        method_preset(method)
     overrides = overrides or {}
     demo = Path(demo) if demo is not None else prepare_demo(out / "demo", seed, say)
     runs = {}
     for i, method in enumerate(methods, 1):
         extra = list(overrides.get(method, []))
-        if method == "dpo":
+        if method == DPO:
             extra = [f"run.save_every={_dpo_snapshot_every(demo)}", f"run.keep_checkpoints={DPO_SNAPSHOTS + 1}", *extra]
         say(f"[{i}/{len(methods)}] {method}: {out / method}")
         result = run_method(method_args(method, demo, out, seed, extra), out / f"{method}.log")
@@ -92,7 +117,7 @@ def compare_demo(out: Path, demo: Path | None = None, methods=METHODS, seed: int
     (out / "compare.md").write_text(compare_table(data) + "\n", encoding="utf-8")
     from tether.plots.report import build_report
 
-    if (out / "ppo" / "metrics.jsonl").is_file():
+    if (out / DEFAULT_ALGORITHM / "metrics.jsonl").is_file():
         build_report(out)  # the PPO run's report, with the comparison's chart and table
     return data
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.config import PPOConfig, RewardModelConfig, SFTConfig, load_config
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.eval.best_of_n import best_of_n
@@ -28,7 +29,7 @@ from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.models.forward import last_token_scores
 from tether.data import collate_right, encode_response
 from tether.plots.report import build_report
-from tether.rollout import SamplingParams
+from tether.rollout import DEFAULT_ENGINE, SamplingParams, engine_spec
 from tether.runs import write_json
 from tether.types import to_device
 from tether.tasks.arith import judge as arith_judge
@@ -52,8 +53,8 @@ def preset(name: str) -> Path | None:
 LORA = {
     "sft": [],
     "rm": ["lora.r=32", "lora.alpha=32", "optim.lr=1e-3"],
-    "ppo": ["lora.r=32", "lora.alpha=32", "lora.modules_to_save=[norm]", "critic.lora.r=32", "critic.lora.alpha=32",
-            "ppo.actor_lr=5e-4", "critic.lr=1e-3"],
+    DEFAULT_ALGORITHM: ["lora.r=32", "lora.alpha=32", "lora.modules_to_save=[norm]", "critic.lora.r=32", "critic.lora.alpha=32",
+            "optim.lr=5e-4", "critic.optim.lr=1e-3"],
 }
 
 
@@ -76,12 +77,12 @@ def stage_configs(out: Path, seed: int, beta: float | None, overrides: dict[str,
         *overrides.get("rm", []),
     ])
     ppo_over = [
-        f"run.out={out / 'ppo'}", f"model.name_or_path={out / 'sft'}", f"prompts={task / 'ppo_prompts.jsonl'}",
+        f"run.out={out / DEFAULT_ALGORITHM}", f"model.name_or_path={out / 'sft'}", f"prompts={task / 'ppo_prompts.jsonl'}",
         f"reward.models=[{out / 'rm'}]", f"eval.prompts={task / 'eval_prompts.jsonl'}", *common,
     ]
     if beta is not None:
         ppo_over += ["kl.controller=fixed", f"kl.coef={beta}"]
-    ppo = load_config(PPOConfig, preset("ppo"), ppo_over + overrides.get("ppo", []))
+    ppo = load_config(PPOConfig, preset(DEFAULT_ALGORITHM), ppo_over + overrides.get(DEFAULT_ALGORITHM, []))
     return sft, rm, ppo
 
 
@@ -156,11 +157,12 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
     t = time.perf_counter()
     tokenizer = load_tokenizer(str(out / "sft"))
     rollout = ppo_cfg.rollout
-    # Every policy samples with the engine the PPO run used (rollout.engine), at its temperature; a
-    # vLLM run is measured with the lean loop (vLLM would start one engine per measured policy).
-    engine = "lean" if rollout.engine == "vllm" else rollout.engine
+    # Every policy samples with the engine the PPO run used (rollout.engine), at its temperature; an
+    # engine with its own copy of the weights (vLLM) is replaced by the default in-process one here
+    # (it would start one engine per measured policy).
+    engine = DEFAULT_ENGINE if engine_spec(rollout.engine).holds_own_weights else rollout.engine
     policies = {name: measured_policy(load_causal_lm(str(path), tokenizer), tokenizer, rollout.temperature, engine)
-                for name, path in (("base", out / "task" / "base_model"), ("sft", out / "sft"), ("ppo", out / "ppo"))}
+                for name, path in (("base", out / "task" / "base_model"), ("sft", out / "sft"), (DEFAULT_ALGORITHM, out / DEFAULT_ALGORITHM))}
     rm_model = load_scalar_model(str(out / "rm"), tokenizer)
     reward = measured_reward(rm_model)
     ids, texts = held_out_prompts(out / "task" / "eval_prompts.jsonl", tokenizer, eval_repeats)
@@ -172,7 +174,7 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
         m = policies[name]
         return evaluate_policy(m.sampler, m.policy, ids, texts, params, seed, reward, sft.policy, judge)
 
-    base_samples, sft_samples, ppo_samples = ev("base"), ev("sft"), ev("ppo")
+    base_samples, sft_samples, ppo_samples = ev("base"), ev("sft"), ev(DEFAULT_ALGORITHM)
     n_prompts = len(ids) // eval_repeats
     greedy_sft = measured_policy(sft.policy.engine.model, tokenizer, 1.0, engine)
     greedy = evaluate_policy(greedy_sft.sampler, greedy_sft.policy, ids[:n_prompts], texts[:n_prompts],
@@ -193,13 +195,13 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
             "margin": rm_result["eval/margin"],
             **probes,
         },
-        "ppo": {**policy_report(ppo_samples), "beta": ppo_cfg.kl.coef, "controller": ppo_cfg.kl.controller,
+        DEFAULT_ALGORITHM: {**policy_report(ppo_samples), "beta": ppo_cfg.kl.coef, "controller": ppo_cfg.kl.controller,
                 "iterations": ppo_cfg.ppo.iterations},
         "eval": policy_vs_sft(ppo_samples, sft_samples),
         "alarms": [a for a in ppo_result["alarms"] if a["level"] in ("warning", "alarm")],
         "best_of_n": bon,
         "samples": [
-            {"prompt": p, "sft": s, "ppo": q}
+            {"prompt": p, "sft": s, DEFAULT_ALGORITHM: q}
             for p, s, q in list(zip(texts, sft_samples.responses, ppo_samples.responses))[:8]
         ],
         "timing": timing,
@@ -228,7 +230,7 @@ def format_summary(summary: dict, beside: dict | None = None) -> str:
     f = _f
 
     rows = [("", "base", "SFT", "PPO")]
-    sft, ppo = summary["sft"], summary["ppo"]
+    sft, ppo = summary["sft"], summary[DEFAULT_ALGORITHM]
     rows.append(("gold score (judge)", f(summary["base"]["gold_score"]), f(sft["gold_score"]), f(ppo["gold_score"])))
     for key, label in (("proxy_score", "proxy score (RM)"), ("accuracy", "answer accuracy"),
                        ("spurious_rate", "responses with '!'"), ("kl", "KL to SFT (nats)"),
@@ -259,7 +261,7 @@ def format_side_by_side(a: dict, b: dict) -> str:
     head = f"{'':<24}{name(a) + ' SFT':>11}{name(a) + ' PPO':>11}{name(b) + ' SFT':>11}{name(b) + ' PPO':>11}"
     lines = [head]
     for key, label in SIDE_BY_SIDE:
-        cells = [_f(s[stage].get(key)) for s in (a, b) for stage in ("sft", "ppo")]
+        cells = [_f(s[stage].get(key)) for s in (a, b) for stage in ("sft", DEFAULT_ALGORITHM)]
         lines.append(f"{label:<24}" + "".join(f"{c:>11}" for c in cells))
     for label, get in (("RM held-out accuracy", lambda s: f"{s['rm']['accuracy']:.3f}"),
                        ("RM bias for '!'", lambda s: f"{s['rm']['spurious_bias']:+.3f}"),

@@ -94,9 +94,23 @@ def busy_cores(interval: float = 0.25) -> float | None:
     return (total - idle) / total * second[2]
 
 
+class RunDir(type(Path())):
+    """A prepared run directory: its path, and the experiment trackers (``run.report_to``) its
+    metrics go to in ``trackers`` (None: none asked for, or not rank 0).
+
+    :func:`prepare_run_dir` returns one; a :class:`~tether.metrics.MetricsLogger` built on it logs
+    to its trackers, and :func:`guarded_run` closes them when the stage returns or fails (outside
+    ``guarded_run`` the caller closes them). It is a ``Path`` everywhere else; paths derived from
+    it (``out / name``, a copy, a pickled one) hold no trackers.
+    """
+
+    trackers = None
+
+
 def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, resume: bool = False,
-                    limits: dict | None = None) -> Path:
-    """Create ``out`` and save the resolved config as ``out/config.yaml``.
+                    limits: dict | None = None) -> RunDir:
+    """Create ``out``, save the resolved config as ``out/config.yaml`` and open the run's trackers
+    (:class:`RunDir`).
 
     A directory holding a different run (another stage or config) is refused unless
     ``overwrite``: a user must never silently mix two runs' metrics and checkpoints.
@@ -107,12 +121,14 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
     from tether.runtime import is_main
 
     if not is_main():  # data parallel: rank 0 alone writes (begin_run checked the directory on rank 0)
-        return Path(out).expanduser()
+        return RunDir(Path(out).expanduser())
     out = check_run_dir(out, cfg, stage, overwrite, resume)
     guard = _PREPARED.get()
+    record = None
     if guard is not None:
         config = out / "config.yaml"
-        guard.append(_Prepared(out, out.exists(), config.read_bytes() if config.is_file() else None))
+        record = _Prepared(out, out.exists(), config.read_bytes() if config.is_file() else None)
+        guard.append(record)
     # The launch directory: relative input paths in the config are relative to it (--resume).
     resolved = {"stage": stage, WORKDIR: os.getcwd(), **to_dict(cfg)}
     existing = out / "config.yaml"
@@ -125,10 +141,13 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
     tmp = out / "config.yaml.tmp"
     tmp.write_text(capped_header(limits) + yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
     os.replace(tmp, existing)
-    from tether.trackers import open_for_run
+    from tether.trackers import open_trackers
 
-    open_for_run(out, cfg, stage, resume)  # run.report_to's trackers, closed by guarded_run
-    return out
+    run_dir = RunDir(out)
+    run_dir.trackers = open_trackers(out, cfg, stage, resume)  # run.report_to's
+    if record is not None:
+        record.trackers = run_dir.trackers  # guarded_run closes them
+    return run_dir
 
 
 def capped_header(limits: dict | None) -> str:
@@ -215,6 +234,7 @@ class _Prepared:
     out: Path
     existed: bool
     old_config: bytes | None
+    trackers: object = None  # the trackers it opened (tether.trackers.Trackers), closed with the stage
 
 
 _PREPARED: contextvars.ContextVar[list | None] = contextvars.ContextVar("tether_prepared_run_dirs", default=None)
@@ -229,18 +249,32 @@ def removed_on_early_failure():
     A directory that did not exist is removed; in one that did, the run's files go and the
     previous ``config.yaml`` comes back. A directory refused before it was prepared (another
     run's) is never touched; Ctrl-C and a finished run or checkpoint keep everything.
+
+    The trackers those directories opened are closed when the block ends, first (marked failed
+    on any exception, Ctrl-C included), so none is left running and none writes into a directory
+    being taken back.
     """
     prepared: list[_Prepared] = []
     token = _PREPARED.set(prepared)
     try:
         yield
-    except Exception:
-        for p in prepared:
-            if p.out.is_dir() and not resumable(p.out):
-                _take_back(p)
+    except BaseException as err:
+        _close_trackers(prepared, failed=True)
+        if isinstance(err, Exception):
+            for p in prepared:
+                if p.out.is_dir() and not resumable(p.out):
+                    _take_back(p)
         raise
+    else:
+        _close_trackers(prepared, failed=False)
     finally:
         _PREPARED.reset(token)
+
+
+def _close_trackers(prepared: list[_Prepared], failed: bool) -> None:
+    for p in prepared:
+        if p.trackers is not None:
+            p.trackers.close(failed)
 
 
 def _take_back(p: _Prepared) -> None:
@@ -258,17 +292,16 @@ def _take_back(p: _Prepared) -> None:
 
 
 def guarded_run(stage_fn):
-    """Decorate a stage ``fn(cfg, ...)``: it runs inside :func:`removed_on_early_failure` (and,
-    launched by torchrun, inside its process group)."""
+    """Decorate a stage ``fn(cfg, ...)``: it runs inside :func:`removed_on_early_failure` (which
+    also closes the trackers its run directories opened) and, launched by torchrun, inside its
+    process group."""
 
     @functools.wraps(stage_fn)
     def run(cfg, *args, **kwargs):
         from tether.distributed import init_distributed
-        from tether.trackers import stage_session
 
         # Under torchrun: the process group for the stage, and a lost rank named when a collective fails.
-        # The trackers (run.report_to) the stage opens are closed when it returns or fails.
-        with init_distributed(cfg), removed_on_early_failure(), stage_session():
+        with init_distributed(cfg), removed_on_early_failure():
             return stage_fn(cfg, *args, **kwargs)
 
     return run

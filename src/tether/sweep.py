@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.config import PPOConfig, load_config
 from tether.errors import ConfigError
 from tether.loops.ppo import run_ppo
@@ -33,13 +34,13 @@ def sweep_config(demo_dir: Path, beta: float, iterations: int | None, eval_every
     ]
     if iterations:
         over.append(f"ppo.iterations={iterations}")
-    return load_config(PPOConfig, preset("ppo"), over + list(extra))
+    return load_config(PPOConfig, preset(DEFAULT_ALGORITHM), over + list(extra))
 
 
 def trajectory(run_dir: Path, beta: float) -> list[dict]:
     """Every held-out evaluation of one run as a frontier point."""
     points = []
-    for row in read_metrics(run_dir / "metrics.jsonl", "ppo"):
+    for row in read_metrics(run_dir / "metrics.jsonl", DEFAULT_ALGORITHM):
         if "eval/kl" in row:
             points.append({"label": f"beta={beta:g} @{row['step']}", "beta": beta, "iteration": row["step"],
                            "kl": row["eval/kl"], "proxy_score": row.get("eval/proxy_score"),

@@ -8,7 +8,7 @@ vocabulary and activations are large enough to matter (32k vocabulary, 8 x 256 t
   :func:`~tether.plan.memory.role_bytes` minus the gradients, within 1% + 4 MiB;
 - the peak of a step, ``torch.cuda.max_memory_allocated`` after a warm-up step, is the memory
   model's predicted peak (:func:`~tether.plan.memory.predict_peak` of the ``update`` phase, no
-  process baseline: the CUDA allocator counts tensors only) within 15%, the issue's bound.
+  process baseline: the CUDA allocator counts tensors only) within 15%, the bound docs/gpu.md states.
   Without ``predict_peak`` (an older memory model) the peak is only checked to hold at least
   the resident state plus the gradients (``role_bytes``), which that model counts.
 

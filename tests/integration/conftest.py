@@ -66,7 +66,7 @@ def two_output_rm(task, tmp_path_factory) -> Path:
 
 
 
-# -- foreign models (issue 19): GPT-2 and Qwen2 with a byte-level BPE tokenizer -----------------
+# -- foreign models (not Llama): GPT-2 and Qwen2 with a byte-level BPE tokenizer -----------------
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from card_checks import assert_model_card
+from tether.algorithms import ALGORITHMS as REGISTERED
 from tether.cli import main
 from tether.metrics.logger import read_metrics
 
@@ -24,7 +25,7 @@ def args(trained, out, *extra):
     return [f"run.out={out}", "run.progress=false", "run.log_every=1", "run.seed=3", "run.threads=1",
             f"model.name_or_path={trained['sft']}", f"prompts={task / 'ppo_prompts.jsonl'}",
             "reward.callable=reward_fns:brief", "ppo.iterations=6", "rollout.batch_size=8", "ppo.minibatch_size=16",
-            "rollout.max_new_tokens=12", "ppo.epochs=2", "ppo.actor_lr=2e-3", "ppo.on_invariant=error",
+            "rollout.max_new_tokens=12", "ppo.epochs=2", "optim.lr=2e-3", "ppo.on_invariant=error",
             "kl.coef=0.01", *extra]
 
 
@@ -52,6 +53,21 @@ def test_each_algorithm_runs_without_a_critic_and_learns(name, trained, tmp_path
     assert last > first + 0.1, (first, last)
 
 
+@pytest.mark.parametrize("name", list(REGISTERED))
+def test_every_registered_algorithm_runs_one_iteration(name, trained, tmp_path):
+    """Each registry entry, built in or added later, runs one tiny iteration through its command
+    with the roles its entry declares (a critic exactly when it says it needs one)."""
+    spec = REGISTERED[name]
+    out = tmp_path / name
+    extra = ["ppo.iterations=1", "rollout.batch_size=2", "ppo.minibatch_size=4", "rollout.max_new_tokens=4",
+             "ppo.epochs=1", f"group.size={max(2, spec.min_group_size)}"]
+    if spec.needs_critic:
+        extra.append("critic.init=policy")
+    assert main([name, *args(trained, out, *extra)]) == 0
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score" in r]
+    assert len(rows) == 1 and (out / "critic").is_dir() is spec.needs_critic
+
+
 def test_grpo_options_sequence_mean_dr_grpo_and_clip_higher(trained, tmp_path):
     out = tmp_path / "opts"
     assert main(["grpo", *args(trained, out, "ppo.iterations=2", "group.scale_by_std=false",
@@ -61,7 +77,20 @@ def test_grpo_options_sequence_mean_dr_grpo_and_clip_higher(trained, tmp_path):
     assert all("ppo/policy/kl_loss" in r for r in rows)
 
 
+@pytest.mark.parametrize("name, level", [("grpo", "sequence"), ("rloo", "sequence_product")])
+def test_sequence_level_ratios_run_and_pass_the_ratio_check(name, level, trained, tmp_path):
+    """One clipped ratio per response (GSPO's; TRL's RLOO's) through the command, two epochs so the
+    ratios move; the first-minibatch check still sees every token's ratio at 1."""
+    out = tmp_path / level
+    assert main([name, *args(trained, out, "ppo.iterations=2", f"policy_loss.ratio_level={level}",
+                                "policy_loss.aggregation=sequence_mean")]) == 0
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score" in r]
+    assert len(rows) == 2 and all("ppo/policy/clipfrac" in r for r in rows)
+    assert yaml.safe_load((out / "config.yaml").read_text())["policy_loss"]["ratio_level"] == level
+
+
 @pytest.mark.parametrize("argv, needle", [
+    (["grpo", "kl.placement=loss", "kl.estimator=k1"], "zero expected gradient"),
     (["ppo", "algorithm=grpo"], "run `tether grpo`"),
     (["grpo", "group.size=1"], "'group.size' = 1"),
     (["reinforce_pp", "critic.shared_trunk=true", "ppo.minibatch_size=8"], "trains no critic"),

@@ -1,6 +1,6 @@
 """Bad data through the real CLI (SFT demonstrations, preference pairs, PPO prompts): one
 paragraph naming the file/row or key, exit code 2, and no output directory that looks
-complete (issue 5, "Never lose a run").
+complete (docs/reliability.md: "never lose a run").
 
 Skip-and-count cases (identical pairs with on_identical=skip, long prompts with
 data.on_long=drop|truncate, PPO prompts over rollout.max_prompt_length) must succeed and

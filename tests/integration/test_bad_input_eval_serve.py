@@ -1,9 +1,9 @@
-"""Bad arguments to `tether eval` and `tether serve` through the real CLI (issue 19, class 4):
-one `tether COMMAND: error:` paragraph naming the flag and the value, exit code 2, no
-traceback, and all of it before any model (eval: before any prompt file, config or tokenizer
-for plain argument errors; before any weights for the context checks). `tether serve` binds
-its socket before loading the models, so a busy port is an error in a moment and no
-"serving on" banner is printed. Valid runs still work.
+"""Bad arguments to `tether eval` and `tether serve` through the real CLI (docs/reliability.md,
+first new-user trial, class 4): one `tether COMMAND: error:` paragraph naming the flag and the
+value, exit code 2, no traceback, and all of it before any model (eval: before any prompt file,
+config or tokenizer for plain argument errors; before any weights for the context checks).
+`tether serve` binds its socket before loading the models, so a busy port is an error in a moment
+and no "serving on" banner is printed. Valid runs still work.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Foreign models and models in the wrong role, through the real CLI (issue 19):
+"""Foreign models and models in the wrong role, through the real CLI (docs/reliability.md, first
+new-user trial):
 
 - class 2: sequence lengths are fitted to the model's context (GPT-2's learned position table
   raised an IndexError past 32 positions; now every stage caps or refuses before any work);
@@ -193,7 +194,7 @@ def test_unreachable_reward_url_leaves_nothing(task, tmp_path, capsys):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("stage,key", [("sft", "optim.lr"), ("ppo", "ppo.actor_lr"), ("ppo", "critic.lr")])
+@pytest.mark.parametrize("stage,key", [("sft", "optim.lr"), ("ppo", "optim.lr"), ("ppo", "critic.optim.lr")])
 def test_learning_rate_past_float32_is_a_config_error(stage, key, task, tmp_path, capsys):
     """lr / (1 - beta1) past float32's range failed inside AdamW with a traceback."""
     out = tmp_path / "run"
@@ -218,8 +219,9 @@ def test_diverging_run_leaves_no_directory_and_the_fixed_rerun_goes(task, tmp_pa
     assert code == 0, err
     prompts = write_jsonl(tmp_path / "p.jsonl", good_prompts())
     ppo_out = tmp_path / "ppo"
-    code, err = cli(capsys, [*ppo_args(task, ppo_out, prompts), "ppo.iterations=3", "ppo.actor_lr=1e30",
-                             "critic.lr=1e30", "ppo.max_grad_norm=null"])
+    code, err = cli(capsys, [*ppo_args(task, ppo_out, prompts), "ppo.iterations=3", "optim.lr=1e30",
+                             "critic.optim.lr=1e30", "optim.max_grad_norm=null",
+                             "critic.optim.max_grad_norm=null"])
     assert_clean_error(code, err, "ppo", "Non-finite")
     assert not ppo_out.exists()
 
@@ -291,7 +293,7 @@ def test_serve_with_models_in_the_wrong_roles(task, foreign, capsys):
         assert "on http://" not in captured.out
 
 
-# --------------------------------------------------------------------------- device (issue 20)
+# --------------------------------------------------------------------------- device (run.device)
 
 
 @pytest.mark.parametrize("stage", ["sft", "rm", "ppo"])

@@ -1,6 +1,6 @@
 """Bad models, configs, output directories and non-finite training through the real CLI:
 one paragraph naming the file or key, exit code 2, and no output directory that looks
-complete (issue 5, "Never lose a run"). Every run is tiny (2 steps / 1 iteration).
+complete (docs/reliability.md: "never lose a run"). Every run is tiny (2 steps / 1 iteration).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def test_nonfinite_stop_then_skip(task, tmp_path, capsys):
 @pytest.mark.parametrize("command, setting, key", [
     ("grpo", "critic.lora.r=4", "critic.lora.r"),  # was an AttributeError in roles/build.py
     ("rloo", "critic.lora.alpha=8", "critic.lora.alpha"),
-    ("reinforce_pp", "critic.lr=1e-3", "critic.lr"),
+    ("reinforce_pp", "critic.optim.lr=1e-3", "critic.optim.lr"),
     ("grpo", "critic.init=policy", "critic.init"),
     ("rloo", "ppo.vf_coef=0.5", "ppo.vf_coef"),
     ("reinforce_pp", "ppo.lam=0.9", "ppo.lam"),

@@ -1,5 +1,6 @@
-"""`tether demo --lora` wiring (issue 21): adapters in the reward model and PPO, SFT in full, the
-summary beside another run's. A tiny run: a few steps per stage on a small task."""
+"""`tether demo --lora` wiring (docs/performance.md, LoRA on the demo): adapters in the reward model
+and PPO, SFT in full, the summary beside another run's. A tiny run: a few steps per stage on a small
+task."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from tether.demo import LORA, format_summary, run_demo, stage_configs, with_lora
 
 
 def test_lora_settings_and_user_overrides(tmp_path):
-    merged = with_lora({"ppo": ["ppo.actor_lr=1e-5"]})
-    assert merged["ppo"][-1] == "ppo.actor_lr=1e-5" and merged["ppo"][:-1] == LORA["ppo"]
+    merged = with_lora({"ppo": ["optim.lr=1e-5"]})
+    assert merged["ppo"][-1] == "optim.lr=1e-5" and merged["ppo"][:-1] == LORA["ppo"]
     sft, rm, ppo = stage_configs(tmp_path, 0, None, merged, False)
     assert sft.lora.r == 0 and rm.lora.r == 32 and ppo.lora.r == 32 and ppo.critic.lora.r == 32
-    assert ppo.lora.modules_to_save == ["norm"] and ppo.ppo.actor_lr == 1e-5
+    assert ppo.lora.modules_to_save == ["norm"] and ppo.optim.lr == 1e-5
 
 
 def test_a_tiny_lora_demo_runs_and_prints_beside_another(tmp_path):

@@ -47,7 +47,7 @@ def ok(proc) -> None:
 
 
 def report(name: str, metric: tuple[float, str], weight: float) -> None:
-    """The largest differences seen (printed with -s; the closing note of issue 22 quotes them)."""
+    """The largest differences seen (printed with -s, for the docs that quote them)."""
     print(f"\n{name}: largest metric difference {metric[0]:.3g} ({metric[1]}), largest weight difference {weight:.3g}")
 
 

@@ -70,7 +70,7 @@ def test_ppo_and_grpo_plans_name_every_role(trained, tmp_path, capsys):
     assert "eval.prompts" in plan and "gold_score" in plan
 
     grpo = ["grpo", *trained_ppo_args(trained, tmp_path / "grpo", "group.size=4", "lora.r=4", "placement.backend=ray",
-                                      "placement.ray.reward.num_cpus=0.5")[1:]]
+                                      "placement.ray.roles.reward.num_cpus=0.5")[1:]]
     plan = plan_of(capsys, grpo, tmp_path)  # no Ray cluster is started
     assert "group actor + reference: 1 worker(s) x 1 CPU, 0 GPU" in plan and "group reward: 1 worker(s) x 0.5 CPU" in plan
     assert "critic     none (grpo has no value model)" in plan and "8 prompts x 4 responses = 32 episodes" in plan

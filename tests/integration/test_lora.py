@@ -1,7 +1,7 @@
-"""LoRA adapters through peft (issue 21): the reference is the actor's base with the adapters
-off (no second copy of the weights), the critic trains its head beside its adapters, final
-models are merged plain checkpoints with the adapter beside them, resume is bitwise, and
-gradient checkpointing changes nothing but memory.
+"""LoRA adapters through peft (docs/performance.md, LoRA sections): the reference is the actor's
+base with the adapters off (no second copy of the weights), the critic trains its head beside its
+adapters, final models are merged plain checkpoints with the adapter beside them, resume is bitwise,
+and gradient checkpointing changes nothing but memory.
 
 Tiny runs on the tiny task: the base model as policy, the gold judge as reward.
 """
@@ -24,7 +24,7 @@ from tether.models.lora import ADAPTER_DIR, parameter_bytes
 from bad_input_helpers import assert_clean_error, cli, good_sft, sft_args, write_jsonl
 from test_resume import comparable, ppo_overrides, same_weights
 
-LORA = ["lora.r=8", "lora.alpha=16", "critic.lora.r=4", "ppo.actor_lr=0.003", "critic.lr=0.003"]
+LORA = ["lora.r=8", "lora.alpha=16", "critic.lora.r=4", "optim.lr=0.003", "critic.optim.lr=0.003"]
 
 
 def lora_ppo(task, out, *extra):
@@ -245,7 +245,7 @@ def test_reward_model_is_the_lora_critics_base(trained, tmp_path):
     cfg = load_config(PPOConfig, None, [
         f"run.out={tmp_path / 'run'}", "run.progress=false", f"model.name_or_path={trained['sft']}",
         f"prompts={task / 'ppo_prompts.jsonl'}", f"reward.models=[{trained['rm']}]", "critic.lora.r=4",
-        "critic.lr=0.01", "rollout.batch_size=8", "ppo.minibatch_size=4", "rollout.max_new_tokens=8",
+        "critic.optim.lr=0.01", "rollout.batch_size=8", "ppo.minibatch_size=4", "rollout.max_new_tokens=8",
         "cpu.linear_backend=aten"])
     roles = build_roles(cfg)
     assert isinstance(roles.reward.engine, AdapterOffEngine)

@@ -1,4 +1,4 @@
-"""The loop owns control, roles own compute (issue 20): a PPO run through a placement that
+"""The loop owns control, roles own compute (docs/architecture.md): a PPO run through a placement that
 records every role call, and guards that fail any role call made around it."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_every_role_call_of_a_run_goes_through_the_placement(tiny_task, tmp_path
     # The iteration: sample, score, values, reward, updates, the learning rate, weight sync check.
     for expected in [("rollout", "generate"), ("actor", "logprobs"), ("reference", "logprobs"),
                      ("critic", "values"), ("reward", "score"), ("critic", "update"), ("actor", "update"),
-                     ("actor", "last_lr"), ("rollout", "shares_weights"), ("critic", "trains_alone"),
+                     ("actor", "last_lr"), ("critic", "trains_alone"),
                      # checkpoints, resume state and the final save
                      ("actor", "save_pretrained"), ("critic", "save_pretrained"), ("actor", "state_dict"),
                      ("critic", "state_dict"), ("actor", "nonfinite")]:

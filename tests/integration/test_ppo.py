@@ -32,7 +32,7 @@ def ppo_config(trained, out, *extra) -> PPOConfig:
         f"model.name_or_path={trained['sft']}", f"prompts={task / 'ppo_prompts.jsonl'}",
         f"reward.models=[{trained['rm']}]",
         f"ppo.iterations={ITERATIONS}", f"rollout.batch_size={BATCH}", "ppo.minibatch_size=8",
-        "rollout.max_new_tokens=12", "ppo.epochs=2", "ppo.actor_lr=0.001", "critic.lr=0.001",
+        "rollout.max_new_tokens=12", "ppo.epochs=2", "optim.lr=0.001", "critic.optim.lr=0.001",
         "ppo.on_invariant=error", *extra,
     ])
 

@@ -91,8 +91,8 @@ def test_data_parallel_groups_inside_ray(trained, one_node, tmp_path):
     out = tmp_path / "ray-groups"
     quarter = [f"placement.ray.{role}.num_cpus=0.25" for role in ("actor", "reference", "critic", "reward")]
     result = run_ppo_in_process(ppo_overrides(
-        trained, out, "rollout.top_k=1", "placement.backend=ray", *quarter, "placement.ray.actor.num_workers=2",
-        "placement.ray.critic.num_workers=2", "distributed.strategy=fsdp"))
+        trained, out, "rollout.top_k=1", "placement.backend=ray", *quarter, "placement.ray.roles.actor.num_workers=2",
+        "placement.ray.roles.critic.num_workers=2", "distributed.strategy=fsdp"))
     assert len(result["trainer"].placement.nodes()["critic"]) == 2
     assert layout(out) == layout(local)
     largest_metric_diff(local, out)
@@ -105,12 +105,12 @@ def test_cluster_without_the_resources_is_refused_at_once(trained, one_node, tmp
     out = tmp_path / "no-gpu"
     with pytest.raises(ConfigError) as err:
         run_ppo_in_process(ppo_overrides(trained, out, "placement.backend=ray", *HALF_CPU,
-                                         "placement.ray.critic.num_gpus=1"))
+                                         "placement.ray.roles.critic.num_gpus=1"))
     text = str(err.value)
-    assert "critic group (placement.ray.critic" in text and "GPU: the cluster has 0, 1 needed" in text
+    assert "critic group (placement.ray.roles.critic" in text and "GPU: the cluster has 0, 1 needed" in text
     assert not out.exists()
-    with pytest.raises(ConfigError, match="placement.ray.actor.*CPU: the cluster has 2"):
-        run_ppo_in_process(ppo_overrides(trained, out, "placement.backend=ray", "placement.ray.actor.num_cpus=3"))
+    with pytest.raises(ConfigError, match="placement.ray.roles.actor.*CPU: the cluster has 2"):
+        run_ppo_in_process(ppo_overrides(trained, out, "placement.backend=ray", "placement.ray.roles.actor.num_cpus=3"))
 
 
 def test_critic_on_the_second_node(trained, local_run, tmp_path):
@@ -126,7 +126,7 @@ def test_critic_on_the_second_node(trained, local_run, tmp_path):
         out = tmp_path / "two-nodes"
         result = run_ppo_in_process(ppo_overrides(
             trained, out, "placement.backend=ray", f"placement.ray.address={cluster.address}", *HALF_CPU,
-            "placement.ray.critic.resources={second_node: 1}"))
+            "placement.ray.roles.critic.resources={second_node: 1}"))
         nodes = result["trainer"].placement.nodes()
         assert nodes["critic"][0]["node_id"] == second.node_id
         assert nodes["actor"][0]["node_id"] != second.node_id

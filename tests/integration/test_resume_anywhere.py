@@ -1,6 +1,6 @@
-"""`--resume DIR` continues the run in DIR, wherever the command starts and wherever DIR was
-copied to, bitwise equal to an uninterrupted run (issue 19, class 1); a kill during the final
-save leaves nothing behind once the run is resumed (class 8).
+"""`--resume DIR` continues the run in DIR, wherever the command starts and wherever DIR was copied
+to, bitwise equal to an uninterrupted run (docs/reliability.md, first new-user trial, class 1); a
+kill during the final save leaves nothing behind once the run is resumed (class 8).
 
 The runs are started from one working directory with *relative* paths (as a user typing
 `tether ppo model.name_or_path=task/base_model ...` does) and resumed from another.

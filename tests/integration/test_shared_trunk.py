@@ -50,7 +50,7 @@ def test_roles_share_the_actor_and_start_at_zero_values():
 
 
 def test_joint_pass_gives_the_gradients_of_the_two_losses_done_separately():
-    t = trainer("ppo.max_grad_norm=null")
+    t = trainer("optim.max_grad_norm=null")  # the joint gradient: the actor's optimiser clips it
     t.step()  # values and heads are no longer trivial after one update
     rollout = t.rollout.generate(*t.next_prompts(), t.sampling)
     exp, _ = t.make_experience(rollout, timer=Timer())

@@ -18,7 +18,7 @@ from tether.errors import ConfigError, TrainingError  # noqa: E402
 from tether.rollout import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.slow
-SYNC_ATOL = 1e-4  # fp32, the bound
+SYNC_ATOL = 1e-4  # fp32: the largest engine-actor log-prob difference allowed after a sync
 
 
 def overrides(task, out, *extra):
@@ -60,13 +60,13 @@ def perturb(module, scale=0.05, seed=0):
 
 def test_sync_puts_the_actors_weights_in_the_engine(roles):
     cfg, built = roles
-    built.rollout.sync()
+    built.rollout.sync_weights()
     synced, tokens = probe(cfg, built, built.actor)
     assert tokens > 20 and synced <= SYNC_ATOL, synced
     perturb(built.actor.engine.model)  # an update the engine has not seen
     stale, _ = probe(cfg, built, built.actor)
     assert stale > 100 * SYNC_ATOL, stale  # the comparison can fail
-    mb = built.rollout.sync()
+    mb = built.rollout.sync_weights()
     assert mb > 0
     again, _ = probe(cfg, built, built.actor)
     assert again <= SYNC_ATOL, again
@@ -87,7 +87,7 @@ def test_a_lora_actor_syncs_its_merged_weights(roles, tiny_task):
     actor = Actor(TrainingEngine(lora, OptimizerSpec(lr=1e-3)), cfg.rollout.temperature)
     built.rollout.weights_source = actor.sync_weights
     try:
-        built.rollout.sync()
+        built.rollout.sync_weights()
         diff, _ = probe(cfg, built, actor)
         assert diff <= SYNC_ATOL, diff
         print(f"\nLoRA actor (merged weights): after sync {diff:.2e}")
@@ -117,7 +117,7 @@ def test_a_run_whose_sync_is_skipped_is_caught(tiny_task, tmp_path, monkeypatch)
 
     monkeypatch.setattr(VLLMGenerationEngine, "load_weights", first_only)
     cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "rollout.vllm.check_sync=true",
-                                                 "ppo.on_invariant=error", "ppo.actor_lr=1e-3"))
+                                                 "ppo.on_invariant=error", "optim.lr=1e-3"))
     with pytest.raises(TrainingError, match="vLLM engine's log-probs differ from the actor's"):
         run_ppo(cfg)
     assert calls["n"] == 2
@@ -130,7 +130,7 @@ def test_greedy_responses_and_ended_flags_match_the_lean_engine(roles):
     from tether.rollout import LeanGenerationEngine
 
     cfg, built = roles
-    built.rollout.sync()
+    built.rollout.sync_weights()
     prompts = load_prompt_set(cfg.prompts, "train", built.tokenizer, "auto", 40, limit=8)
     params = SamplingParams(max_new_tokens=12, greedy=True)
     ours = built.rollout.generate(prompts.ids, prompts.texts, params)
@@ -192,7 +192,7 @@ def test_a_run_on_the_engines_logprobs_reports_their_distance_from_the_actors(ti
     import psutil
 
     cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "rollout.use_engine_logprobs=true",
-                                                 "ppo.on_invariant=error", "ppo.actor_lr=1e-3"))
+                                                 "ppo.on_invariant=error", "optim.lr=1e-3"))
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     run_ppo(cfg)
     _, alive = psutil.wait_procs([p for p in psutil.Process().children(recursive=True) if p.pid not in before

@@ -20,7 +20,7 @@ vllm = pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds 
 from tether import child_guard  # noqa: E402
 
 pytestmark = pytest.mark.slow
-GONE_WITHIN_S = 15  # the issue's bound
+GONE_WITHIN_S = 15  # seconds a killed run's engine may outlive it
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TETHER_API_KEY": ""}
 
 

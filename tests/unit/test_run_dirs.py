@@ -1,4 +1,4 @@
-"""Which directories hold "the same run" (issue 19's resume from anywhere, issue 20's renamed keys)."""
+"""Which directories hold "the same run" (resume from anywhere, keys renamed since a run was saved)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def saved(out, data: dict) -> None:
 
 
 def test_a_run_saved_before_keys_moved_is_still_the_same_run(tmp_path):
-    """A config.yaml written before issue 20 (ppo.autocast, ppo.linear_backend, run.retain_memory,
+    """A config.yaml written before those keys moved (ppo.autocast, ppo.linear_backend, run.retain_memory,
     ppo.balance_roles; no run.device, run.precision or cpu:) matches the same run today."""
     cfg = load_config(PPOConfig, None, [*BASE, f"run.out={tmp_path / 'run'}"])
     old = {"stage": "ppo", "workdir": os.getcwd(), **to_dict(cfg)}

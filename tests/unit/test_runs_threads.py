@@ -1,5 +1,6 @@
-"""`run.threads=0` picks threads from the free cores (issue 19, class 7): torch's default of one
-thread per core runs 10-20x slower beside one busy process on a 2-core machine."""
+"""`run.threads=0` picks threads from the free cores (docs/reliability.md, first new-user trial,
+class 7): torch's default of one thread per core runs 10-20x slower beside one busy process on a
+2-core machine."""
 
 from __future__ import annotations
 

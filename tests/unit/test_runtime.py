@@ -1,4 +1,4 @@
-"""Device and precision from config, and the rank helpers' one-process behaviour (issue 20)."""
+"""Device and precision from config, and the rank helpers' one-process behaviour."""
 
 from __future__ import annotations
 

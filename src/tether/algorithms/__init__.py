@@ -1,21 +1,25 @@
 """RL algorithms on the same roles: an advantage estimator plus losses (:class:`Algorithm`).
 
-Chosen by name from :data:`ALGORITHMS`; each lives in one file.
+Chosen by name from the registry (:mod:`tether.algorithms.registry`); each lives in one file.
 """
 
 from __future__ import annotations
 
-import importlib
-
 from tether.algorithms.base import Algorithm, Loss
-
-ALGORITHMS = {"ppo": "tether.algorithms.ppo:PPO", "grpo": "tether.algorithms.grpo:GRPO",
-              "rloo": "tether.algorithms.rloo:RLOO", "reinforce_pp": "tether.algorithms.reinforce_pp:ReinforcePP"}
+from tether.algorithms.registry import (
+    ALGORITHMS,
+    DEFAULT_ALGORITHM,
+    AlgorithmSpec,
+    algorithm_spec,
+    build_algorithm,
+    register_algorithm,
+)
 
 
 def algorithm(name: str, cfg) -> Algorithm:
-    module, attr = ALGORITHMS[name].split(":")
-    return getattr(importlib.import_module(module), attr)(cfg)
+    """An instance of the registered algorithm ``name`` for the resolved config ``cfg``."""
+    return build_algorithm(name, cfg)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "Loss", "algorithm"]
+__all__ = ["ALGORITHMS", "DEFAULT_ALGORITHM", "Algorithm", "AlgorithmSpec", "Loss", "algorithm", "algorithm_spec",
+           "build_algorithm", "register_algorithm"]

@@ -8,21 +8,23 @@ implements it with the pure functions of :mod:`tether.algos`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from torch import Tensor
+if TYPE_CHECKING:  # annotations only: the registry imports this package without torch
+    from torch import Tensor
 
-from tether.types import Experience, Rollout
+    from tether.types import Experience, Rollout
 
 #: ``loss(policy_output, micro_batch) -> (loss, stats)`` for the actor; ``loss(values, micro_batch)``
 #: for the critic. Losses are token means over the micro-batch; stats are floats. A stats key under
 #: ``check/`` is a diagnostic the loop reads and does not log.
-Loss = Callable[[object, Experience], "tuple[Tensor, dict]"]
+Loss = Callable[[object, "Experience"], "tuple[Tensor, dict]"]
 
 
 class Algorithm(Protocol):
-    #: Whether the algorithm trains a critic (a value model): PPO does, GRPO and RLOO do not.
-    needs_critic: bool
+    """What the RL loop asks of an algorithm. Its metadata (name, whether it trains a critic,
+    group sizes, the keys it ignores) is its registry entry's: :mod:`tether.algorithms.registry`."""
+
     #: Responses sampled per prompt (the group size of GRPO / RLOO; 1 for PPO).
     samples_per_prompt: int
 

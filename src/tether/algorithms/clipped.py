@@ -10,7 +10,8 @@ import torch
 from torch import Tensor
 
 from tether.algos import kl_estimate, kl_k2
-from tether.algos.group import aggregate, aggregation_weight, asymmetric_clipped_surrogate
+from tether.algos.group import aggregate, aggregation_weight, asymmetric_clipped_surrogate, importance_ratio
+from tether.algos.masked import zero_padding
 from tether.types import Experience
 
 
@@ -20,7 +21,9 @@ class ClippedPolicyLoss:
     the KL is a loss term, − entropy_coef × the mean entropy) on a micro-batch of (B, A) tokens.
 
     ``aggregation`` (:func:`~tether.algos.group.aggregate`) also sets how micro-batches are
-    weighted (:meth:`micro_weight`), so accumulation gives the minibatch's loss exactly."""
+    weighted (:meth:`micro_weight`), so accumulation gives the minibatch's loss exactly.
+    ``ratio_level`` (:func:`~tether.algos.group.importance_ratio`): r per token, or one r per
+    response (GSPO's geometric mean, or TRL's RLOO's product of the token ratios)."""
 
     clip_low: float
     clip_high: float
@@ -30,6 +33,7 @@ class ClippedPolicyLoss:
     kl_in_loss: bool
     kl_estimator: str
     kl_coef: float
+    ratio_level: str = "token"
 
     @property
     def needs_entropy(self) -> bool:
@@ -42,14 +46,17 @@ class ClippedPolicyLoss:
         logp, mask = out.logprobs, mb.rollout.response_mask
         m = mask.bool()
         zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-        ratio = torch.exp(torch.where(m, logp - mb.logprobs, zero))
+        token_ratio = importance_ratio(logp, mb.logprobs, m)
+        ratio = token_ratio if self.ratio_level == "token" else importance_ratio(logp, mb.logprobs, m,
+                                                                                self.ratio_level)
         surrogate = asymmetric_clipped_surrogate(ratio, mb.advantages, self.clip_low, self.clip_high)
         policy = aggregate(-surrogate, mask, self.aggregation, self.max_tokens)
         loss = policy
         stats = {}
         if self.kl_in_loss:
-            kl = aggregate(kl_estimate(logp, mb.ref_logprobs, self.kl_estimator), mask, self.aggregation,
-                           self.max_tokens)
+            # Padding zeroed before the estimator: a NaN there would reach the gradient (0·NaN) otherwise.
+            per_token_kl = kl_estimate(zero_padding(logp, m), zero_padding(mb.ref_logprobs, m), self.kl_estimator)
+            kl = aggregate(per_token_kl, mask, self.aggregation, self.max_tokens)
             loss = loss + self.kl_coef * kl
             stats["ppo/policy/kl_loss"] = float(kl.detach())
         if self.entropy_coef > 0:
@@ -67,7 +74,7 @@ class ClippedPolicyLoss:
 
             stats.update({
                 # Before any update the new and rollout policies are one model: the loop checks ratio = 1.
-                "check/ratio_deviation": float(torch.where(m, r - 1, zero).abs().max()),
+                "check/ratio_deviation": float(torch.where(m, token_ratio.detach() - 1, zero).abs().max()),
                 "ppo/policy/loss": float(policy.detach()),
                 "ppo/policy/clipfrac": mean((clipped < r * mb.advantages).to(r.dtype)),
                 "ppo/policy/approxkl": mean(kl_k2(logp.detach(), mb.logprobs)),
@@ -83,15 +90,14 @@ def clipped_loss(cfg, kl_coef: float) -> ClippedPolicyLoss:
         clip_low=pl.clip_low if pl.clip_low is not None else cfg.ppo.clip,
         clip_high=pl.clip_high if pl.clip_high is not None else cfg.ppo.clip,
         aggregation=pl.aggregation, max_tokens=cfg.rollout.max_new_tokens, entropy_coef=cfg.ppo.entropy_coef,
-        kl_in_loss=cfg.kl.placement == "loss", kl_estimator=cfg.kl.estimator, kl_coef=kl_coef)
+        kl_in_loss=cfg.kl.placement == "loss", kl_estimator=cfg.kl.estimator, kl_coef=kl_coef,
+        ratio_level=pl.ratio_level)
 
 
 class CriticFree:
     """What GRPO, RLOO and REINFORCE++ share: no critic, ``group.size`` responses per prompt, the
     clipped actor loss, and the per-token KL with the β that shapes the reward (0 when the KL is
     a loss term instead). A subclass writes :meth:`experience`."""
-
-    needs_critic = False
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -7,7 +7,7 @@ and upper clip (DAPO's clip-higher); the loss is aggregated per ``policy_loss.ag
 from __future__ import annotations
 
 from tether.algorithms.clipped import CriticFree
-from tether.algos import masked_mean
+from tether.algos import masked_mean, zero_padding
 from tether.algos.group import group_advantages, sequence_kl_penalty
 from tether.types import Experience, Rollout
 
@@ -18,7 +18,7 @@ class GRPO(CriticFree):
         kl, beta = self.kl_in_reward(logprobs, ref_logprobs, kl_coef)
         shaped = sequence_kl_penalty(scores, kl, mask, beta)
         g = self.samples_per_prompt
-        advantages = group_advantages(shaped, g, self.cfg.group.scale_by_std)[:, None] * mask
+        advantages = zero_padding(group_advantages(shaped, g, self.cfg.group.scale_by_std)[:, None], mask)
         stats = {"objective/non_score_reward": float((shaped - scores.float()).mean()),
                  "group/reward_std": float(shaped.reshape(-1, g).std(dim=1).mean()) if g > 1 else 0.0,
                  "ppo/advantages_mean": float(masked_mean(advantages, mask))}

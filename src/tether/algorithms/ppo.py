@@ -23,6 +23,7 @@ from tether.algos import (
     ppo_policy_loss,
     shape_rewards,
     value_loss,
+    zero_padding,
 )
 from tether.types import Experience, Rollout
 
@@ -53,7 +54,10 @@ class PPOActorLoss:
         if self.entropy_coef > 0:
             loss = loss - self.entropy_coef * masked_mean(out.entropy, mask)
         if self.kl_in_loss:
-            loss = loss + self.kl_coef * masked_mean(kl_estimate(logp, mb.ref_logprobs, self.kl_estimator), mask)
+            # Padding zeroed before the estimator: a NaN there would reach the gradient (0·NaN) otherwise.
+            m = mask.bool()
+            kl = kl_estimate(zero_padding(logp, m), zero_padding(mb.ref_logprobs, m), self.kl_estimator)
+            loss = loss + self.kl_coef * masked_mean(kl, mask)
         stats = {"check/ratio_deviation": float(deviation.max()), "ppo/policy/loss": float(pl.loss.detach()),
                  "ppo/policy/clipfrac": pl.clipfrac, "ppo/policy/approxkl": pl.approx_kl,
                  "ppo/policy/ratio_mean": pl.ratio_mean}
@@ -77,9 +81,8 @@ class PPOCriticLoss:
 
 
 class PPO:
-    """PPO-RLHF with a critic; one response per prompt unless ``group.size`` says more."""
-
-    needs_critic = True
+    """PPO-RLHF with a critic (its registry entry says so); one response per prompt unless
+    ``group.size`` says more."""
 
     def __init__(self, cfg):
         self.ppo, self.kl = cfg.ppo, cfg.kl

@@ -14,7 +14,7 @@ from tether.algos.losses import (
     sft_loss,
     value_loss,
 )
-from tether.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from tether.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten, zero_padding
 from tether.algos.rewards import last_token_index, shape_rewards
 from tether.algos.stats import RunningMoments, explained_variance, repetition_rate
 
@@ -24,4 +24,5 @@ __all__ = [
     "explained_variance", "gae_advantages", "kl_estimate", "kl_k1", "kl_k2", "kl_k3",
     "last_token_index", "masked_mean", "masked_sum", "masked_var", "masked_whiten",
     "ppo_policy_loss", "repetition_rate", "sampled_entropy_estimate", "sft_loss", "shape_rewards", "token_logprobs", "value_loss",
+    "zero_padding",
 ]

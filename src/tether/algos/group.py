@@ -10,6 +10,8 @@ Rows of a batch come in groups: ``group_size`` consecutive responses to one prom
   response i is the mean reward of the group's *other* k − 1 responses.
 - REINFORCE++ (Hu 2025): per-token rewards (−β·KL at every token, the score at the last),
   returns summed to the end (γ), normalised over the whole batch: no critic, no groups needed.
+
+The clipped ratio is per token (PPO, GRPO) or one per response (:func:`importance_ratio`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from typing import Literal
 import torch
 
 from tether.algos.gae import gae_advantages
-from tether.algos.masked import masked_whiten
+from tether.algos.masked import masked_whiten, zero_padding
 
 Aggregation = Literal["token_mean", "sequence_mean", "fixed_normalizer"]
 AGGREGATIONS = ("token_mean", "sequence_mean", "fixed_normalizer")
+RatioLevel = Literal["token", "sequence", "sequence_product"]
+RATIO_LEVELS = ("token", "sequence", "sequence_product")
 
 
 def grouped(x: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -56,8 +60,9 @@ def rloo_advantages(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 def sequence_kl_penalty(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tensor:
     """A KL-shaped sequence reward: (B,) score − β·Σ_t KL_t over the (B, A) response tokens
-    (RLOO as TRL and Ahmadian et al. define it; GRPO with the KL in the reward)."""
-    return scores.float() - beta * (kl.float() * mask).sum(dim=1)
+    (RLOO as TRL and Ahmadian et al. define it; GRPO with the KL in the reward). Padding is
+    never read, so a non-finite KL there cannot reach the reward."""
+    return scores.float() - beta * zero_padding(kl.float(), mask).sum(dim=1)
 
 
 def reinforce_pp_advantages(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
@@ -76,13 +81,16 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation, max
       al. 2024, eq. 3): every response weighs the same, its tokens 1/|o_i| each;
     - ``fixed_normalizer``: Σ loss / (B · ``max_tokens``) (Dr. GRPO, Liu et al. 2025): a constant
       normaliser, so no length bias from the division.
+
+    Padding is never read (``torch.where``), so NaN or inf there cannot reach the loss.
     """
     m = mask.to(per_token.dtype)
-    total = (per_token * m).sum()
+    kept = zero_padding(per_token, mask)
+    total = kept.sum()
     if how == "token_mean":
         return total / m.sum().clamp(min=1)
     if how == "sequence_mean":
-        return ((per_token * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)).mean()
+        return (kept.sum(dim=1) / m.sum(dim=1).clamp(min=1)).mean()
     if how == "fixed_normalizer":
         if not max_tokens:
             raise ValueError("fixed_normalizer needs max_tokens (the response length cap)")
@@ -94,6 +102,34 @@ def aggregation_weight(mask: torch.Tensor, how: Aggregation) -> float:
     """A micro-batch's share for accumulating ``aggregate`` over micro-batches (and ranks) into
     the minibatch's value: its response tokens for ``token_mean``, its responses otherwise."""
     return float(mask.sum()) if how == "token_mean" else float(mask.shape[0])
+
+
+def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor,
+                     level: RatioLevel = "token") -> torch.Tensor:
+    """π/π_old at the response tokens: (B, A) log-probs -> (B, A) ratios, 1 on padding.
+
+    - ``token``: r_t = exp(log π_t − log π_old,t), one ratio per token (PPO, GRPO);
+    - ``sequence``: one ratio per response, the geometric mean of its token ratios,
+      s = exp(mean_t (log π_t − log π_old,t)) = (π(y)/π_old(y))^(1/|y|) (GSPO, Zheng et al. 2025):
+      the length normalisation keeps s near 1 for long responses;
+    - ``sequence_product``: one ratio per response, π(y)/π_old(y) = exp(Σ_t (log π_t − log π_old,t)),
+      the product of its token ratios (TRL's RLOOTrainer).
+
+    A sequence ratio is repeated at each of its response's tokens, so the clip acts on the whole
+    response at once: with one advantage per response and ``sequence_mean`` aggregation the
+    loss is GSPO's (or TRL's RLOO's) per-response objective. Padding is never read.
+    """
+    m = mask.bool()
+    log_ratio = zero_padding(logp - old_logp, m)
+    if level == "token":
+        return torch.exp(log_ratio)
+    if level not in RATIO_LEVELS:
+        raise ValueError(f"unknown ratio level {level!r}; expected one of {RATIO_LEVELS}")
+    per_response = log_ratio.sum(dim=1, keepdim=True)
+    if level == "sequence":
+        per_response = per_response / m.sum(dim=1, keepdim=True).clamp(min=1).to(log_ratio.dtype)
+    one = torch.ones((), dtype=log_ratio.dtype, device=log_ratio.device)
+    return torch.where(m, torch.exp(per_response).expand_as(log_ratio), one)
 
 
 def asymmetric_clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float,

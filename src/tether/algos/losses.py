@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from tether.algos.kl import kl_k2
-from tether.algos.masked import masked_mean
+from tether.algos.masked import masked_mean, zero_padding
 
 
 def bradley_terry_loss(
@@ -96,8 +96,11 @@ def value_loss(
     clip_range None -> plain 0.5 * masked_mean((v-R)^2), clipfrac 0.
     clipfrac = fraction of masked tokens where the clip moved v (|v - old| > c) and the clipped
     term is strictly larger. (Without the first condition, rounding in old + (v - old) made
-    unclipped tokens count at random.)
+    unclipped tokens count at random.) Padding is zeroed first, so a NaN there reaches neither
+    the loss nor the gradient.
     """
+    m = mask.bool()
+    values, old_values, returns = (zero_padding(x, m) for x in (values, old_values, returns))
     unclipped = (values - returns) ** 2
     if clip_range is None:
         return ValueLossOutput(0.5 * masked_mean(unclipped, mask), 0.0)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import torch
 
 
-def _zero_out(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """x where mask is 1 else 0 (same shape as x)."""
+def zero_padding(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x where mask is 1 else 0, in the broadcast shape of the two (a (B, 1) column of
+    per-response values over a (B, A) mask gives (B, A)). A select, not a product: inf·0 and
+    NaN·0 are NaN, so masking by multiplying lets garbage in padding through; this does not."""
     return torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Sum of ``x`` over masked positions; scalar if ``dim`` is None else reduced along ``dim``."""
-    kept = _zero_out(x, mask)
+    kept = zero_padding(x, mask)
     return kept.sum() if dim is None else kept.sum(dim=dim)
 
 
@@ -42,7 +44,8 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     Bessel-corrected (divide by n-1) when ``unbiased`` and n > 1; 0 when n == 0.
     """
     mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
+    # Centre only kept entries: (NaN - mean)^2 would reach the mean's gradient through padding.
+    var = masked_mean(zero_padding(x - mean, mask) ** 2, mask)
     n = _count(mask, None, x.dtype)
     if unbiased and n.item() > 1:
         var = var * n / (n - 1)  # Bessel's correction
@@ -58,8 +61,8 @@ def masked_whiten(
     Masked-out positions are 0.
     """
     mean, var = masked_mean(x, mask), masked_var(x, mask)
-    whitened = (x - mean) * torch.rsqrt(var + eps)
+    whitened = zero_padding(x - mean, mask) * torch.rsqrt(var + eps)  # padding never meets the scale
     if not shift_mean:
         # lm-human-preferences / TRL `whiten(..., shift_mean=False)`: keep the mean, rescale only.
         whitened = whitened + mean
-    return _zero_out(whitened, mask)
+    return zero_padding(whitened, mask)

@@ -1,6 +1,6 @@
 """Run PPO iterations of the benchmark configuration and report time, FLOPs and MFU.
 
-The configuration (issue 6): 16 prompts of 16-24 words (+BOS) per iteration, 32 new tokens
+The configuration (docs/performance.md): 16 prompts of 16-24 words (+BOS) per iteration, 32 new tokens
 always generated (EOS forbidden until the cap), temperature 0.7, no top-k/top-p; 4 epochs x
 2 minibatches = 8 optimiser steps for actor and critic; k1 KL in the reward, beta 0.05
 fixed, clip 0.2, value clip 0.2, vf coef 0.1, gamma 1, lambda 0.95, AdamW. The first
@@ -18,11 +18,13 @@ import time
 
 import torch
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.runtime import world_size
 from tether.bench.flops import iteration_flops
 from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.profile import profiled_update, summarize_ops
 from tether.bench.setup import PROMPT_WORDS, SIZES, build_setup, build_source_setup
+from tether.rollout import captured_logprobs, engine_spec
 from tether.engines.cpu.describe import cpu_description
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,7 @@ PHASES_NOTE_PARALLEL = (
 
 
 def bench_overrides(batch: int, response_length: int, epochs: int, iterations: int, precision: str,
-                    minibatches: int = 2, seed: int = 0, algorithm: str = "ppo", device: str = "cpu") -> list[str]:
+                    minibatches: int = 2, seed: int = 0, algorithm: str = DEFAULT_ALGORITHM, device: str = "cpu") -> list[str]:
     """The benchmark's PPO config; a critic-free ``algorithm`` (grpo, ...) drops the critic's keys
     and samples its default group per prompt (``batch`` stays the prompts per iteration)."""
     from tether.config.stages import algorithm_needs_critic, default_group_size
@@ -112,7 +114,7 @@ def rss_mb() -> float | None:
 def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, response_length: int = 32,
               epochs: int = 4, threads: int = 0, iterations: int = 8, seed: int = 0,
               measure_peak: bool = True, overrides: list[str] = (), trainer_hook=None,
-              profile: bool = False, model=None, algorithm: str = "ppo", device: str = "cpu",
+              profile: bool = False, model=None, algorithm: str = DEFAULT_ALGORITHM, device: str = "cpu",
               prompt_tokens: tuple[int, int] = PROMPT_WORDS) -> dict:
     """Run ``iterations`` PPO iterations at ``size`` and return the report (a JSON-able dict).
 
@@ -154,7 +156,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     dims = setup.dims
     m = setup.models
     params = _params(dims, cfg, m if model is not None else None)
-    if cfg.placement.backend == "ray" or cfg.rollout.engine == "vllm":
+    # Ray workers and an engine with its own copy of the weights load the models from disk.
+    if cfg.placement.backend == "ray" or engine_spec(cfg.rollout.engine).holds_own_weights:
         roles, trainer = None, _disk_trainer(cfg, setup, list(overrides), batch, response_length, epochs, iterations,
                                             precision, seed)
     else:
@@ -406,7 +409,7 @@ def role_sizes(roles) -> dict:
 
 def _captured(cfg) -> bool:
     """The actor's old log-probs come from the sampling pass (as :func:`tether.roles.build.make_roles` decides)."""
-    return cfg.rollout.use_engine_logprobs if cfg.rollout.engine == "vllm" else cfg.rollout.capture_logprobs
+    return captured_logprobs(cfg.rollout)
 
 
 def _role_models(roles):

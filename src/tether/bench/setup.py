@@ -22,9 +22,9 @@ SIZES: dict[str, ModelDims] = {
     "tiny": ModelDims(hidden=128, layers=2, heads=4, ffn=512, vocab=2048),
     "small": ModelDims(hidden=256, layers=4, heads=4, ffn=2048, vocab=4096),
     "medium": ModelDims(hidden=512, layers=4, heads=8, ffn=2048, vocab=4096),
-    # ~116M parameters per model (issue 21): where LoRA's and checkpointing's memory shows.
+    # ~116M parameters per model: where LoRA's and checkpointing's memory shows.
     "large": ModelDims(hidden=768, layers=12, heads=12, ffn=3072, vocab=4096),
-    # Not part of the issue's configuration: a toy size for tests.
+    # Not part of the benchmark configuration: a toy size for tests.
     "micro": ModelDims(hidden=32, layers=1, heads=2, ffn=64, vocab=128),
 }
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
+
 
 def register(sub) -> None:
     p = sub.add_parser(
         "bench",
         help="Time PPO iterations on random-init Llama models; print JSON (logs on stderr).",
         description=(
-            "Run the benchmark configuration of issue 6 (16 prompts, 32 new tokens, 4 epochs x 2 "
+            "Run the benchmark configuration of docs/performance.md (16 prompts, 32 new tokens, 4 epochs x 2 "
             "minibatches) on random-init Llama models and print seconds per iteration, per phase, "
             "tokens/s, peak RSS, FLOPs and the fraction of this machine's matmul peak, as JSON. "
             "With --model: a real architecture's shape (vocabulary included) with random weights and a "
@@ -29,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("--write-model", default=None, metavar="DIR",
                    help="With --model: write the random-init checkpoint and its tokenizer to DIR (a new or empty "
                         "directory) and exit, e.g. to stand in for a hub id in model.name_or_path=DIR.")
-    p.add_argument("--algorithm", default="ppo",
+    p.add_argument("--algorithm", default=DEFAULT_ALGORITHM,
                    help="ppo (default) or a critic-free algorithm of tether.algorithms (grpo, rloo, reinforce_pp; "
                         "no critic, group.size responses per prompt).")
     p.add_argument("--device", default="cpu",
@@ -102,7 +104,7 @@ def check_args(args):
         raise ConfigError(f"--model {args.model!r} and --size {args.size!r} both name the models; give one.")
     if args.write_model and args.model is None:
         raise ConfigError("--write-model needs --model (the shape to write).")
-    if args.scaling and (args.model is not None or args.algorithm != "ppo" or args.device != "cpu"):
+    if args.scaling and (args.model is not None or args.algorithm != DEFAULT_ALGORITHM or args.device != "cpu"):
         raise ConfigError("--scaling runs PPO at a --size on the CPU; it does not take --model, --algorithm or "
                           "--device.")
     defaults = SIZE_DEFAULTS if args.model is None else MODEL_DEFAULTS

@@ -19,8 +19,8 @@ def register(sub) -> None:
     p.add_argument("--out", default="runs/compare", help="Directory DIR for the runs and results (default runs/compare).")
     p.add_argument("--from", dest="source", default=None, metavar="DEMO_DIR",
                    help="Reuse the task, SFT and reward model of a `tether demo` run (default: build them in DIR/demo).")
-    p.add_argument("--methods", default="ppo,grpo,rloo,reinforce_pp,dpo",
-                   help="Comma-separated methods to run (default: all five).")
+    p.add_argument("--methods", default=None,
+                   help="Comma-separated methods to run: registered RL algorithms and dpo (default: all of them).")
     p.add_argument("--seed", type=int, default=0, help="Seed of every run and of the evaluation (default 0).")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="METHOD:KEY=VALUE",
                    help="Override a method's config key, e.g. --set grpo:group.size=8 (repeatable).")
@@ -32,21 +32,23 @@ def run(args) -> int:
     from pathlib import Path
 
     from tether.commands.demo import parse_sets
-    from tether.compare import METHODS, compare_demo
+    from tether.compare import compare_demo
+    from tether.compare import methods as known
     from tether.outputs import check_output_dir
     from tether.plots.compare import compare_table
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
+    choices = known()
+    methods = [m.strip() for m in (args.methods or ",".join(choices)).split(",") if m.strip()]
+    unknown = [m for m in methods if m not in choices]
     if not methods or unknown:
-        raise ConfigError(f"--methods {args.methods!r}: expected a comma-separated list of {', '.join(METHODS)}.")
+        raise ConfigError(f"--methods {args.methods!r}: expected a comma-separated list of {', '.join(choices)}.")
     if args.eval_repeats < 1:
         raise ConfigError(f"--eval-repeats must be at least 1, got {args.eval_repeats}.")
     source = Path(args.source) if args.source else None
     if source is not None and not all((source / part).is_dir() for part in ("task", "sft", "rm")):
         raise ConfigError(f"--from '{args.source}': expected a `tether demo` directory holding task/, sft/ and rm/.")
     check_output_dir(args.out, "--out")
-    data = compare_demo(Path(args.out), source, methods, args.seed, parse_sets(args.sets, METHODS, "METHOD"), args.eval_repeats)
+    data = compare_demo(Path(args.out), source, methods, args.seed, parse_sets(args.sets, choices, "METHOD"), args.eval_repeats)
     print(compare_table(data))
     print(f"\nwritten: {args.out}/compare.json, compare.md, compare.png")
     return 0

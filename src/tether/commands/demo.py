@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.errors import TetherError
 
-STAGE_NAMES = ("sft", "rm", "ppo")
+STAGE_NAMES = ("sft", "rm", DEFAULT_ALGORITHM)
 
 
 def register(sub) -> None:
@@ -21,7 +22,7 @@ def register(sub) -> None:
                    help="Fixed KL coefficient for PPO (default: the preset's). --beta 0 removes the KL leash.")
     p.add_argument("--iterations", type=int, default=None, help="PPO iterations (default: the preset's).")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="STAGE:KEY=VALUE",
-                   help="Override a stage's config key, e.g. --set ppo:ppo.actor_lr=5e-5 (repeatable).")
+                   help="Override a stage's config key, e.g. --set ppo:optim.lr=5e-5 (repeatable).")
     p.add_argument("--lora", action="store_true",
                    help="Train LoRA adapters in every stage (tether.demo.LORA: ranks and learning rates); each "
                         "final model is saved merged, with its adapter in adapter/.")
@@ -47,7 +48,7 @@ def run(args) -> int:
     overrides = parse_sets(args.sets)
     check_output_dir(args.out, "--out")
     if args.iterations is not None:
-        overrides.setdefault("ppo", []).append(f"ppo.iterations={args.iterations}")
+        overrides.setdefault(DEFAULT_ALGORITHM, []).append(f"ppo.iterations={args.iterations}")
     beside = None
     if args.beside:
         import json

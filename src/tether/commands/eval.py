@@ -14,11 +14,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.rollout.registry import DEFAULT_ENGINE, engine_names
+
 MIN_TEMPERATURE = 1e-6  # below it logits / temperature can overflow float32 (NaN probabilities)
 MAX_SAMPLES = 1_000_000  # responses per prompt (--samples-per-prompt, best-of-N sizes)
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 MAX_THREADS = 1024  # as run.threads in the stages
-ENGINES = ("hf", "lean", "vllm")  # tether.rollout.ENGINES, without importing torch to build the parser
 
 
 def register(sub) -> None:
@@ -40,8 +41,8 @@ def register(sub) -> None:
                    help="Also run best-of-N of the reference, e.g. 1,2,4,8,16 (needs --reward-model).")
     p.add_argument("--out", default=None, help="Write the results here as JSON (default: POLICY/eval.json).")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = default).")
-    p.add_argument("--engine", default="lean", choices=sorted(ENGINES),
-                   help="Generation engine, as rollout.engine in training (default lean).")
+    p.add_argument("--engine", default=DEFAULT_ENGINE, choices=sorted(engine_names()),
+                   help=f"Generation engine, as rollout.engine in training (default {DEFAULT_ENGINE}).")
     p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps.")
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                    help="fp32, or bf16/fp16 autocast (default fp32).")
@@ -180,7 +181,7 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
     from tether.eval.win_rate import policy_vs_sft
     from tether.models import load_causal_lm, load_scalar_model
     from tether.roles import EnsembleReward
-    from tether.rollout import SamplingParams
+    from tether.rollout import SamplingParams, check_frozen
     from tether.runs import set_threads
     from tether.runtime import Precision, resolve_device
 
@@ -188,11 +189,7 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
     set_threads(args.threads)
     tokenizer, examples, prompt_ids = checked_prompts(args, smallest_context(args), args.reference, "--reference",
                                                       "evaluate")
-    if args.engine == "vllm":  # what would stop vLLM's engine, before any weights load
-        from tether.rollout.vllm_engine import CLI_KEYS, VLLMOptions, check_engine
-
-        for path in dict.fromkeys((args.policy, args.reference)):
-            check_engine(path, VLLMOptions(), CLI_KEYS)
+    check_frozen(args.engine, (args.policy, args.reference))  # what would stop the engine, before any weights load
     ids = prompt_ids * args.samples_per_prompt
     texts = [prompt_text(ex.prompt) for ex in examples] * args.samples_per_prompt
     settings = EngineSettings(resolve_device(args.device, "--device"), Precision(args.precision))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.errors import ConfigError
 
 DESCRIPTION = (
@@ -51,7 +52,7 @@ def run(args) -> int:
 
         labeller = import_callable(args.labeller, "--labeller")
     result = iterate_demo(Path(args.out), source, args.rounds, args.pairs_per_round, labeller, args.seed,
-                          parse_sets(args.sets, ("rm", "ppo")), serve_page=serve_page)
+                          parse_sets(args.sets, ("rm", DEFAULT_ALGORITHM)), serve_page=serve_page)
     print(format_rounds(result["rounds"]))
     return 0
 

@@ -17,7 +17,6 @@ import argparse
 import logging
 import sys
 
-from tether.commands.stage import HELP
 from tether.errors import ConfigError
 
 DESCRIPTION = ("Start a data-parallel stage on several processes (torchrun's launcher), checking the config and "
@@ -29,16 +28,19 @@ def register(sub) -> None:
     p = sub.add_parser("launch", help="Run a stage on several processes (torchrun), input checked once.",
                        description=DESCRIPTION)
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="[TORCHRUN OPTIONS] STAGE ARGS",
-                   help=f"torchrun's options (--nproc-per-node, --nnodes, --standalone, --rdzv-endpoint, ...), then "
-                        f"the stage ({', '.join(HELP)}) and its arguments.")
+                   help="torchrun's options (--nproc-per-node, --nnodes, --standalone, --rdzv-endpoint, ...), then "
+                        "the stage (sft, rm, dpo or an RL algorithm's) and its arguments.")
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """(torchrun's options, the stage's command line): the stage starts at the first stage name."""
+    from tether.stages import stages
+
+    names = stages()
     for i, token in enumerate(argv):
-        if token in HELP:
+        if token in names:
             return argv[:i], argv[i:]
-    raise ConfigError(f"tether launch needs a stage after torchrun's options: one of {', '.join(HELP)} (got "
+    raise ConfigError(f"tether launch needs a stage after torchrun's options: one of {', '.join(names)} (got "
                       f"{' '.join(argv) or 'nothing'}). Example: tether launch --nproc-per-node 2 sft --config "
                       "configs/demo/sft.yaml")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tether.errors import ConfigError
+from tether.rollout.registry import DEFAULT_ENGINE, engine_names
 
 DESCRIPTION = (
     "Sample comparison pairs for a prompt file and write them unlabeled (pair_id, prompt, response_a, response_b, "
@@ -24,7 +25,7 @@ def register(sub) -> None:
     p.add_argument("--max-prompts", type=int, default=None, help="Use at most this many prompts.")
     p.add_argument("--max-new-tokens", type=int, default=24, help="Response length cap (default 24).")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--engine", default="lean", choices=("lean", "hf", "vllm"), help="Generation engine.")
+    p.add_argument("--engine", default=DEFAULT_ENGINE, choices=engine_names(), help="Generation engine.")
 
 
 def check(args) -> None:
@@ -72,17 +73,14 @@ def run(args) -> int:
     from tether.data import prompt_text
     from tether.feedback.pairs import PairSpec, sample_pairs
     from tether.feedback.store import _rewrite
+    from tether.rollout import check_frozen
 
     check(args)
     tokenizer, examples, ids = encoded_prompts(args)
     texts = [prompt_text(ex.prompt) for ex in examples]
     spec = PairSpec(args.strategy, args.policy, args.policy_b, args.reward_model, args.temperature, args.n,
                     args.max_new_tokens, args.seed)
-    if args.engine == "vllm":  # what would stop vLLM's engine, before any weights load
-        from tether.rollout.vllm_engine import CLI_KEYS, VLLMOptions, check_engine
-
-        for path in dict.fromkeys(p for p in (args.policy, args.policy_b) if p):
-            check_engine(path, VLLMOptions(), CLI_KEYS)
+    check_frozen(args.engine, (args.policy, args.policy_b))  # what would stop the engine, before any weights load
     rows, counts = sample_pairs(spec, texts, ids, tokenizer, args.engine)
     from pathlib import Path
 

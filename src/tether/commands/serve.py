@@ -6,6 +6,8 @@ import argparse
 import math
 from pathlib import Path
 
+from tether.rollout.registry import DEFAULT_ENGINE, ENGINES, engine_names, engine_spec
+
 DESCRIPTION = (
     "Serve a policy checkpoint (a run directory such as runs/demo/ppo, or any Hugging Face causal LM) over "
     "HTTP: GET /v1/models, POST /v1/chat/completions and /v1/completions (OpenAI schemas, SSE streaming), "
@@ -53,7 +55,7 @@ def register(sub) -> None:
     p.add_argument("--chat-template", choices=("auto", "always", "never"), default="auto",
                    help="How /v1/rewards formats string prompts (match PPO's model.chat_template).")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="Weights dtype.")
-    p.add_argument("--engine", choices=("hf", "lean", "vllm"), default="lean",
+    p.add_argument("--engine", choices=sorted(engine_names()), default=DEFAULT_ENGINE,
                    help="Generation engine, as rollout.engine in training. vllm: stop sequences and per-request "
                         "max_tokens apply to whole responses, and streamed text arrives when its batch is done.")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.3,
@@ -94,8 +96,11 @@ def check_args(args) -> None:
                           f"{args.gpu_memory_utilization}.")
     if args.max_model_len is not None and args.max_model_len < 1:
         raise ConfigError(f"--max-model-len must be a positive number of positions, got {args.max_model_len}.")
-    if args.engine != "vllm" and (args.gpu_memory_utilization != 0.3 or args.max_model_len is not None):
-        raise ConfigError("--gpu-memory-utilization and --max-model-len are vLLM's settings: they need --engine vllm.")
+    if engine_spec(args.engine, "--engine").config_block is None and (
+            args.gpu_memory_utilization != 0.3 or args.max_model_len is not None):
+        owners = " or ".join(f"--engine {s.name}" for s in ENGINES.values() if s.config_block)
+        raise ConfigError(f"--gpu-memory-utilization and --max-model-len set up an engine with settings of its own: "
+                          f"they need {owners}.")
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be a TCP port from 0 to 65535 (0 picks a free port), got {args.port}.")
     if not 0 <= args.threads <= MAX_THREADS:
@@ -188,15 +193,14 @@ def run(args) -> int:
         from tether.runtime import Precision, resolve_device
 
         where = EngineSettings(resolve_device(args.device, "--device"), Precision("fp32"))
-        vllm_options = None
-        if args.engine == "vllm":
-            from tether.rollout.vllm_engine import CLI_KEYS, VLLMOptions, check_engine
+        from tether.rollout import check_frozen
 
-            vllm_options = VLLMOptions(dtype=args.dtype, gpu_memory_utilization=args.gpu_memory_utilization,
-                                       max_model_len=args.max_model_len, seed=(args.seed or 0) % (2**31 - 1))
-            check_engine(args.model, vllm_options, CLI_KEYS)  # what would stop the engine, before the weights load
+        # The engine's own settings (an engine without a settings block ignores them).
+        options = dict(dtype=args.dtype, gpu_memory_utilization=args.gpu_memory_utilization,
+                       max_model_len=args.max_model_len, seed=(args.seed or 0) % (2**31 - 1))
+        check_frozen(args.engine, (args.model,), options)  # what would stop the engine, before the weights load
         service = ModelService.load(args.model, args.reward_model, args.dtype, args.trust_remote_code,
-                                    args.max_batch_size, args.engine, where, vllm_options)
+                                    args.max_batch_size, args.engine, where, options)
         app = create_app(service, settings)
         logging.getLogger("tether").setLevel(logging.INFO)
         auth = "API key required" if settings.api_key else "no API key"

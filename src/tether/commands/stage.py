@@ -1,4 +1,5 @@
-"""`tether sft | rm | dpo | ppo | grpo | rloo | reinforce_pp`: run one stage from a YAML preset and dotted overrides."""
+"""`tether STAGE` for every stage of :mod:`tether.stages` (sft, rm, dpo and one per registered RL
+algorithm): run it from a YAML preset and dotted overrides."""
 
 from __future__ import annotations
 
@@ -10,24 +11,9 @@ import textwrap
 
 
 def _config_class(name: str):
-    from tether.config import DPOConfig, PPOConfig, RewardModelConfig, SFTConfig
+    from tether.stages import stage_spec
 
-    return {"sft": SFTConfig, "rm": RewardModelConfig, "dpo": DPOConfig, **{rl: PPOConfig for rl in RL_COMMANDS}}[name]
-
-
-#: The RL commands: one per algorithm on the same roles and config (key ``algorithm``).
-RL_COMMANDS = ("ppo", "grpo", "rloo", "reinforce_pp")
-
-
-HELP = {
-    "sft": "Supervised fine-tuning on demonstrations (loss on response tokens only).",
-    "rm": "Train a Bradley-Terry reward model on preference pairs.",
-    "ppo": "PPO-RLHF: actor, reference, reward model and critic.",
-    "dpo": "DPO (or IPO): the policy trained on preference pairs directly; no reward model, no RL loop.",
-    "grpo": "GRPO: a group of responses per prompt, the group's mean reward as baseline; no critic.",
-    "rloo": "RLOO: k responses per prompt, each one's baseline the others' mean reward; no critic.",
-    "reinforce_pp": "REINFORCE++: PPO's per-token reward, returns normalised over the batch; no critic.",
-}
+    return stage_spec(name).config_class()
 
 
 def _options_epilog(cls) -> str:
@@ -41,7 +27,10 @@ def _options_epilog(cls) -> str:
 
 
 def register_stage(sub, name: str) -> None:
-    p = sub.add_parser(name, help=HELP[name], description=HELP[name], epilog=_options_epilog(_config_class(name)),
+    from tether.stages import stage_spec
+
+    summary = stage_spec(name).summary
+    p = sub.add_parser(name, help=summary, description=summary, epilog=_options_epilog(_config_class(name)),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=None, help=f"YAML preset, e.g. configs/demo/{name}.yaml.")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Dotted config overrides, e.g. optim.lr=1e-4.")
@@ -125,11 +114,22 @@ def resolve_config(args):
 
     if args.resume:
         return _resume_config(args)
+    from tether.stages import stage_spec
+
     overrides = args.overrides
-    if args.command in RL_COMMANDS:  # the command names the algorithm (a preset's own must agree)
+    if stage_spec(args.command).algorithm:  # the command names the algorithm (a preset's own must agree)
         overrides = [*overrides, f"algorithm={args.command}"]
         _check_algorithm(args)
     return load_config(_config_class(args.command), args.config, overrides)
+
+
+def register(sub, name: str) -> None:
+    """The command ``tether NAME`` of stage ``name``."""
+    register_stage(sub, name)
+
+
+def run(args) -> int:
+    return run_stage(args)
 
 
 def run_stage(args) -> int:
@@ -150,22 +150,11 @@ def run_stage(args) -> int:
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one plan
             print(plan.render())
         return 0
-    if args.command == "sft":
-        from tether.loops.sft import run_sft
+    from tether.stages import stage_spec
 
-        result = run_sft(cfg, resume=bool(args.resume))
-    elif args.command == "rm":
-        from tether.loops.reward_model import run_reward_model
-
-        result = run_reward_model(cfg, resume=bool(args.resume))
-    elif args.command == "dpo":
-        from tether.loops.dpo import run_dpo
-
-        result = run_dpo(cfg, resume=bool(args.resume))
-    else:
-        from tether.loops.ppo import run_ppo
-
-        result = run_ppo(cfg, resume=bool(args.resume))
+    spec = stage_spec(args.command)
+    result = spec.run_function()(cfg, resume=bool(args.resume))
+    if spec.algorithm:  # an RL run reports its last iteration
         result = result["history"][-1] if result["history"] else {}
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 reports for the run
         return 0

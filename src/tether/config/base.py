@@ -256,8 +256,9 @@ def _rebased(value: str, base: Path) -> str:
 
 def apply_moved_keys(cls: type, data: dict) -> dict:
     """``data`` with the keys ``cls.MOVED_KEYS`` lists moved to their new place (a notice on
-    stderr says where), or dropped with the reason when they were removed; earlier presets,
-    overrides and saved run configs keep working. A key given both ways is an error."""
+    stderr says where; a tuple of new keys: one old key that set several, each gets its value),
+    or dropped with the reason when they were removed; earlier presets, overrides and saved run
+    configs keep working. A key given both ways is an error."""
     import logging
 
     moved = getattr(cls, "MOVED_KEYS", {})
@@ -267,12 +268,16 @@ def apply_moved_keys(cls: type, data: dict) -> dict:
     log = logging.getLogger("tether.config")
     for old, (new, how) in moved.items():
         *parents, leaf = old.split(".")
-        node = data
+        node, path = data, []
         for part in parents:
+            path.append((node, part))
             node = node.get(part) if isinstance(node, dict) else None
         if not isinstance(node, dict) or leaf not in node:
             continue
         value = node.pop(leaf)
+        for parent, part in reversed(path):  # a block the move emptied goes too (it is not a key any more)
+            if parent.get(part) == {}:
+                del parent[part]
         if new is None:
             log.warning("config key '%s' was removed (%s); its value %r is ignored.", old, how, value)
             continue
@@ -280,20 +285,29 @@ def apply_moved_keys(cls: type, data: dict) -> dict:
             if value not in how:
                 raise ConfigError(f"Config key '{old}' (now '{new}') = {value!r}: expected one of {list(how)}.")
             value = how[value]
-        *new_parents, new_leaf = new.split(".")
-        target = data
-        for part in new_parents:
-            child = target.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                target[part] = child
-            target = child
-        if new_leaf in target and target[new_leaf] != value:
-            raise ConfigError(f"Config key '{old}' moved to '{new}', and both are given with different values "
-                              f"({value!r} and {target[new_leaf]!r}); keep '{new}'.")
-        target[new_leaf] = value
-        log.warning("config key '%s' is now '%s' (set to %r).", old, new, value)
+        targets = (new,) if isinstance(new, str) else tuple(new)
+        keep = getattr(cls, "moved_targets", None)  # a config may drop targets that do not apply
+        targets = keep(data, targets) if keep is not None else targets
+        for key in targets:
+            _place(data, old, key, value)
+        log.warning("config key '%s' is now '%s' (set to %r).", old, "' and '".join(targets), value)
     return data
+
+
+def _place(data: dict, old: str, new: str, value) -> None:
+    """Set dotted ``new`` in ``data`` to the value of the moved key ``old`` (both given, differing: an error)."""
+    *new_parents, new_leaf = new.split(".")
+    target = data
+    for part in new_parents:
+        child = target.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            target[part] = child
+        target = child
+    if new_leaf in target and target[new_leaf] != value:
+        raise ConfigError(f"Config key '{old}' moved to '{new}', and both are given with different values "
+                          f"({value!r} and {target[new_leaf]!r}); keep '{new}'.")
+    target[new_leaf] = value
 
 
 def _leaves(obj: Any, prefix: str) -> dict[str, Any]:

@@ -170,8 +170,10 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class OptimConfig:
-    """AdamW with linear warm-up then a decay schedule."""
+class OptimizerConfig:
+    """AdamW with a linear warm-up then a decay schedule: the optimiser block of every trained
+    model (``optim`` of SFT, the reward model and DPO; the actor's ``optim`` and the critic's
+    ``critic.optim`` in the RL stages, whose defaults differ, not their keys)."""
 
     lr: float = option(1e-5, "Peak learning rate.", gt=0, lt=FLOAT32_MAX)
     weight_decay: float = option(0.0, "AdamW decoupled weight decay.", ge=0)
@@ -184,6 +186,16 @@ class OptimConfig:
     )
     min_lr_ratio: float = option(0.1, "Final lr as a fraction of the peak.", ge=0, le=1)
     max_grad_norm: float | None = option(1.0, "Clip the global gradient norm; null = off.", gt=0)
+
+    def check(self, key: str) -> None:
+        """The checks of the block at dotted ``key`` (e.g. ``critic.optim``)."""
+        check_adam_step(f"{key}.lr", self.lr, self.beta1)
+
+
+@dataclass(frozen=True)
+class OptimConfig(OptimizerConfig):
+    """The supervised stages' optimiser block: :class:`OptimizerConfig` and the batch it steps on."""
+
     batch_size: int = option(32, "Examples per optimiser step (after accumulation).", ge=1)
     grad_accum_steps: int = option(
         1, "Split each batch into this many micro-batches (same maths, less memory).", ge=1
@@ -195,7 +207,7 @@ class OptimConfig:
                 f"Config key 'optim.grad_accum_steps' = {self.grad_accum_steps}: must divide "
                 f"optim.batch_size = {self.batch_size}."
             )
-        check_adam_step("optim.lr", self.lr, self.beta1)
+        self.check("optim")
 
 
 @dataclass(frozen=True)

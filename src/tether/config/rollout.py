@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import option, section
+from tether.rollout.registry import DEFAULT_ENGINE, ENGINES
+from tether.rollout.registry import help_text as engine_help
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,9 @@ class RolloutConfig:
     top_k: int = option(0, "Top-k filtering (0 = off).", ge=0)
     top_p: float = option(1.0, "Nucleus filtering (1 = off).", gt=0, le=1)
     max_prompt_length: int = option(256, "Prompts longer than this are dropped (and counted).", ge=1)
-    engine: Literal["lean", "hf", "vllm"] = option(
-        "lean",
-        "lean = tether's decode loop over the model with a KV cache (the same tokens as hf for the same "
-        "seed, without generate's per-step overhead or the model's generation_config extras); "
-        "hf = transformers' generate; vllm = a vLLM engine holding its own copy of the policy, synced after "
-        "every update (rollout.vllm.*).",
-    )
+    # The choices and their help come from the engine registry (tether.rollout.registry): a live view,
+    # so an engine registered later is a valid choice too.
+    engine: str = option(DEFAULT_ENGINE, engine_help(), choices=ENGINES.keys())
     capture_logprobs: bool = option(
         True,
         "Keep the actor's log-probs computed while sampling instead of a second forward pass; the "

@@ -14,14 +14,18 @@ from tether.config.common import (
     LoRAConfig,
     ModelConfig,
     OptimConfig,
+    OptimizerConfig,
     RunConfig,
-    check_adam_step,
     check_common,
     check_supervised,
     refuse_inert_lora,
 )
+from tether.algorithms.registry import ALGORITHMS, DEFAULT_ALGORITHM, algorithm_spec
 from tether.errors import ConfigError
+from tether.rollout.registry import ENGINES, engine_spec
 from tether.config.health import HealthConfig
+from tether.config.placement import FIELDS as RESOURCE_FIELDS
+from tether.config.placement import ROLES as RL_ROLES
 from tether.config.placement import PlacementConfig
 from tether.config.rollout import RolloutConfig
 
@@ -50,11 +54,14 @@ class SFTConfig:
     )
     cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
     distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
+    placement: PlacementConfig = section(PlacementConfig, "Where the trained model runs: this process, or a Ray "
+                                                          "cluster (role policy; the reward model's: reward).")
 
     MOVED_KEYS = SUPERVISED_MOVED_KEYS
 
     def validate(self) -> None:
         check_supervised(self)
+        self.placement.ray.check_roles(("policy",))  # the model SFT trains
 
 
 @dataclass(frozen=True)
@@ -88,11 +95,14 @@ class RewardModelConfig:
     )
     cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
     distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
+    placement: PlacementConfig = section(PlacementConfig, "Where the trained model runs: this process, or a Ray "
+                                                          "cluster (role policy; the reward model's: reward).")
 
     MOVED_KEYS = SUPERVISED_MOVED_KEYS
 
     def validate(self) -> None:
         check_supervised(self)
+        self.placement.ray.check_roles(("reward",))  # the reward model being trained
 
 
 @dataclass(frozen=True)
@@ -135,8 +145,11 @@ class DPOConfig:
     )
     cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
     distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
+    placement: PlacementConfig = section(PlacementConfig, "Where the trained model runs: this process, or a Ray "
+                                                          "cluster (role policy; the reward model's: reward).")
 
     def validate(self) -> None:
+        self.placement.ray.check_roles(("policy",))  # the policy DPO trains (the reference is its worker's)
         if self.lora.enabled and self.lora.dropout:
             raise ConfigError(f"Config key 'lora.dropout' = {self.lora.dropout}: DPO needs 0 (the policy's log-probs "
                               "are compared with the reference's, computed once without dropout).")
@@ -188,6 +201,22 @@ class RewardSourceConfig:
 
 
 @dataclass(frozen=True)
+class ActorOptimConfig(OptimizerConfig):
+    """The RL actor's optimiser block: constant after the warm-up by default, as PPO-RLHF runs it."""
+
+    schedule: Literal["cosine", "linear", "constant"] = option(
+        "constant", "Decay after warm-up over the run's optimiser steps: cosine/linear to min_lr_ratio*lr, or "
+                    "constant.")
+
+
+@dataclass(frozen=True)
+class CriticOptimConfig(ActorOptimConfig):
+    """The critic's optimiser block: the actor's keys, a larger default learning rate."""
+
+    lr: float = option(2e-4, "Peak learning rate.", gt=0, lt=FLOAT32_MAX)
+
+
+@dataclass(frozen=True)
 class CriticConfig:
     """The value model."""
 
@@ -197,7 +226,7 @@ class CriticConfig:
         "without one is an error); policy = a fresh value head (std 0.02) on critic.path, else the SFT model.",
     )
     path: str | None = option(None, "Explicit checkpoint; default: first reward model or the policy.", path=True)
-    lr: float = option(2e-4, "Critic learning rate.", gt=0, lt=FLOAT32_MAX)
+    optim: CriticOptimConfig = section(CriticOptimConfig, "The critic's optimiser and schedule (the actor's is optim).")
     shared_trunk: bool = option(
         False,
         "A different model: the critic is a value head (zero-initialised) on the actor's own trunk, "
@@ -217,8 +246,10 @@ class CriticConfig:
 
 
 def default_group_size(algorithm: str) -> int:
-    """Responses per prompt when ``group.size`` is null: 4 for grpo and rloo, 1 otherwise."""
-    return 4 if algorithm in ("grpo", "rloo") else 1
+    """Responses per prompt when ``group.size`` is null: the algorithm's own default (registry)."""
+    from tether.algorithms.registry import algorithm_spec
+
+    return algorithm_spec(algorithm).default_group_size
 
 
 @dataclass(frozen=True)
@@ -227,7 +258,7 @@ class GroupConfig:
 
     size: int | None = option(
         None, "Responses sampled per prompt (rows of one prompt are consecutive). null = the algorithm's "
-              "default: 4 for grpo and rloo (which need at least 2), 1 for ppo and reinforce_pp.", ge=1)
+              "default (docs/algorithms.md: 4 for the group baselines, which need at least 2; else 1).", ge=1)
     scale_by_std: bool = option(
         True, "GRPO: divide each group's centred rewards by their std (Shao et al. 2024); false = Dr. GRPO "
               "(Liu et al. 2025), centring only.")
@@ -244,13 +275,19 @@ class PolicyLossConfig:
         "token_mean", "How per-token losses become one: token_mean (DAPO: every token alike), sequence_mean "
                       "(GRPO paper: every response alike), fixed_normalizer (Dr. GRPO: sum / (responses x "
                       "rollout.max_new_tokens)).")
+    ratio_level: Literal["token", "sequence", "sequence_product"] = option(
+        "token", "The importance ratio pi/pi_old that is clipped: token (one per token, PPO and GRPO), sequence "
+                 "(one per response, the geometric mean of its token ratios: GSPO), sequence_product (one per "
+                 "response, pi(y)/pi_old(y): TRL's RLOOTrainer). A response's ratio is clipped as one.")
 
 
 @dataclass(frozen=True)
 class KLConfig:
     """The KL leash to the reference model: one explicit block."""
 
-    estimator: Literal["k1", "k2", "k3"] = option("k1", "Per-token KL estimator used for training.")
+    estimator: Literal["k1", "k2", "k3"] | None = option(
+        None, "Per-token KL estimator used for training. null = k1 with kl.placement=reward, k3 with "
+              "kl.placement=loss (k1 has no gradient as a loss term: docs/algorithms.md).")
     placement: Literal["reward", "loss"] = option(
         "reward", "Subtract beta*KL in the per-token reward, or add it to the policy loss."
     )
@@ -259,9 +296,23 @@ class KLConfig:
     target: float = option(6.0, "Adaptive: target KL per sequence (nats).", gt=0)
     horizon: int = option(10000, "Adaptive: horizon in episodes.", ge=1)
 
+    def __post_init__(self) -> None:
+        # The estimator's default follows the placement, so the saved config names the one used.
+        if self.estimator is None:
+            object.__setattr__(self, "estimator", "k3" if self.placement == "loss" else "k1")
+
+    def validate(self) -> None:
+        if self.placement == "loss" and self.estimator == "k1":
+            raise ConfigError(
+                "Config key 'kl.estimator' = 'k1' with kl.placement=loss: as a loss term k1 = log(pi/pi_ref) has "
+                "zero expected gradient on the policy's own samples (E_pi[grad log pi] = 0), so it would pull "
+                "nothing towards the reference. Use kl.estimator=k3 (GRPO's, the default with kl.placement=loss) "
+                "or k2 (its gradient is the reverse KL's), or keep k1 in the reward (kl.placement=reward)."
+            )
+
 
 # bf16 rounding moves a trained model's logits by a few hundredths. With the LM head inside
-# autocast (the HF engine, and the lean loop before session 9) the largest token ratio between
+# autocast (the HF engine; the lean loop keeps it in fp32) the largest token ratio between
 # the captured (decode-time) and a fresh bf16 forward on the demo task was 2-5e-2 every iteration
 # (measured, 100 iterations); the lean loop's fp32 head brings it to ~3e-3 (the trunk's rounding
 # alone). The tolerance stays wide enough for both engines: the bugs this check catches (wrong
@@ -288,10 +339,6 @@ class PPOAlgoConfig:
         None, "Stop an iteration's epochs early when approx-KL to the rollout policy exceeds this.", gt=0
     )
     critic_warmup_iters: int = option(0, "First K iterations train only the critic.", ge=0)
-    actor_lr: float = option(1e-5, "Actor learning rate.", gt=0, lt=FLOAT32_MAX)
-    warmup_steps: int = option(0, "Linear LR warm-up in optimiser steps (both models).", ge=0)
-    max_grad_norm: float | None = option(1.0, "Gradient clipping; null = off.", gt=0)
-    weight_decay: float = option(0.0, "AdamW weight decay.", ge=0)
     fused_optimizer: bool = option(
         True, "AdamW's fused kernel: one pass over each parameter instead of ~10 (same update up to rounding)."
     )
@@ -327,7 +374,6 @@ class PPOAlgoConfig:
     )
 
     def validate(self) -> None:
-        check_adam_step("ppo.actor_lr", self.actor_lr)
         if self.minibatch_size % self.grad_accum_steps:
             raise ConfigError(
                 f"Config key 'ppo.grad_accum_steps' = {self.grad_accum_steps}: must divide "
@@ -381,12 +427,15 @@ class PPOConfig:
     prompts_split: str = option("train", "Split of a hub prompt dataset.")
     reward: RewardSourceConfig = section(RewardSourceConfig, "The reward source.")
     critic: CriticConfig = section(CriticConfig, "The value model.")
-    algorithm: Literal["ppo", "grpo", "rloo", "reinforce_pp"] = option(
-        "ppo", "The RL algorithm on the same roles: ppo (with a critic), grpo, rloo, reinforce_pp (no critic). "
-               "Each has its command (tether ppo | grpo | rloo | reinforce_pp); docs/algorithms.md.")
+    algorithm: str = option(
+        DEFAULT_ALGORITHM, "The RL algorithm on the same roles, by its registered name (tether.algorithms.registry; "
+                           "built in: " + ", ".join(ALGORITHMS) + "). Each has its command (tether NAME); "
+                           "docs/algorithms.md.")
     group: GroupConfig = section(GroupConfig, "Responses per prompt (grpo, rloo).")
     policy_loss: PolicyLossConfig = section(PolicyLossConfig, "The critic-free algorithms' actor loss.")
     rollout: RolloutConfig = section(RolloutConfig, "Sampling.")
+    optim: ActorOptimConfig = section(ActorOptimConfig, "The actor's optimiser and schedule (the critic's is "
+                                                        "critic.optim).")
     kl: KLConfig = section(KLConfig, "The KL penalty to the reference.")
     ppo: PPOAlgoConfig = section(PPOAlgoConfig, "The PPO update.")
     eval: PPOEvalConfig = section(PPOEvalConfig, "Held-out evaluation.")
@@ -405,10 +454,27 @@ class PPOConfig:
     MOVED_KEYS = {**SUPERVISED_MOVED_KEYS,
                   "ppo.autocast": ("run.precision", {"none": "fp32", "bf16": "bf16"}),
                   "ppo.linear_backend": ("cpu.linear_backend", None),
+                  "ppo.actor_lr": ("optim.lr", None),
+                  **{f"placement.ray.{role}.{key}": (f"placement.ray.roles.{role}.{key}", None)
+                     for role in RL_ROLES for key in RESOURCE_FIELDS},
+                  "critic.lr": ("critic.optim.lr", None),
+                  **{f"ppo.{key}": ((f"optim.{key}", f"critic.optim.{key}"), None)  # they set both models'
+                     for key in ("warmup_steps", "max_grad_norm", "weight_decay")},
                   "ppo.parallel_roles": ("cpu.parallel_roles", None),
                   "ppo.balance_roles": (None, "it shared the update threads' weight-gradient products outside "
                                               "autograd, which torch.distributed cannot wrap, for ~3% at the bench's "
                                               "small size")}
+
+    @staticmethod
+    def moved_targets(data: dict, targets: tuple[str, ...]) -> tuple[str, ...]:
+        """An old key that set both models' optimiser (e.g. ``ppo.warmup_steps``) sets only the
+        actor's under an algorithm without a critic, and with a shared-trunk critic (a head the
+        actor's optimiser steps): their ``critic.*`` keys are refused."""
+        name = data.get("algorithm", DEFAULT_ALGORITHM)
+        critic = data.get("critic") if isinstance(data.get("critic"), dict) else {}
+        if (name in ALGORITHMS and not ALGORITHMS[name].needs_critic) or critic.get("shared_trunk") is True:
+            return tuple(t for t in targets if not t.startswith("critic.")) or targets
+        return targets
 
     @property
     def samples_per_prompt(self) -> int:
@@ -433,7 +499,8 @@ class PPOConfig:
         return max(self.ppo.ratio_tolerance, BF16_RATIO_TOLERANCE)
 
     def validate(self) -> None:
-        check_adam_step("critic.lr", self.critic.lr)
+        self.optim.check("optim")
+        self.critic.optim.check("critic.optim")
         for key, lora in (("lora.dropout", self.lora), ("critic.lora.dropout", self.critic.lora)):
             if lora.enabled and lora.dropout:
                 raise ConfigError(
@@ -445,16 +512,13 @@ class PPOConfig:
                               "head on the actor; put the adapters on the actor (lora.*) instead.")
         if not self.prompts:
             raise ConfigError("Config key 'prompts' is empty: expected a prompt file or dataset.")
-        if self.algorithm in ("grpo", "rloo") and self.samples_per_prompt < 2:
+        spec = algorithm_spec(self.algorithm)
+        if self.samples_per_prompt < spec.min_group_size:
             raise ConfigError(
                 f"Config key 'group.size' = {self.group.size}: {self.algorithm} compares responses to the same "
-                "prompt, so it needs at least 2 (4-16 is usual)."
+                f"prompt, so it needs at least {spec.min_group_size} (4-16 is usual)."
             )
-        if self.algorithm == "ppo" and self.policy_loss != PolicyLossConfig():
-            raise ConfigError(
-                "Config block 'policy_loss' is set with algorithm=ppo: it shapes the critic-free algorithms' "
-                "loss (grpo, rloo, reinforce_pp); PPO clips with ppo.clip and takes the token mean."
-            )
+        refuse_inert(self, spec.inert_keys, f"with algorithm={self.algorithm}, which does not read it")
         episodes = self.rollout.batch_size * self.samples_per_prompt
         if episodes % self.ppo.minibatch_size:
             raise ConfigError(
@@ -462,6 +526,12 @@ class PPOConfig:
                 f"iteration, rollout.batch_size x group.size = {self.rollout.batch_size} x "
                 f"{self.samples_per_prompt} = {episodes}."
             )
+        critic_group = self.placement.ray.roles.get("critic")
+        if not self.needs_critic and critic_group is not None:
+            leaf = f"critic.{next(iter(critic_group))}" if isinstance(critic_group, dict) and critic_group else "critic"
+            raise ConfigError(f"Config key 'placement.ray.roles.{leaf}' is set with algorithm={self.algorithm}, which "
+                              "trains no critic, so it would have no effect; drop it.")
+        self.placement.ray.check_roles(RL_ROLES)
         if not self.needs_critic:
             refuse_inert(self, CRITIC_KEYS, f"with algorithm={self.algorithm}, which trains no critic")
         elif (self.critic.init == "reward" and not self.critic.path and not self.reward.models
@@ -477,11 +547,13 @@ class PPOConfig:
                 f"Config key 'critic.path' = {self.critic.path!r}: a shared-trunk critic "
                 "(critic.shared_trunk=true) is a value head on the actor, it loads no separate model."
             )
-        if self.rollout.use_engine_logprobs and self.rollout.engine != "vllm":
+        engine = engine_spec(self.rollout.engine)
+        if self.rollout.use_engine_logprobs and engine.logprobs_switch != "use_engine_logprobs":
+            owners = ", ".join(s.name for s in ENGINES.values() if s.logprobs_switch == "use_engine_logprobs")
             raise ConfigError(
                 f"Config key 'rollout.use_engine_logprobs' = true with rollout.engine={self.rollout.engine!r}: it is "
-                "the vLLM engine's switch; the lean and hf engines keep their sampling log-probs with "
-                "rollout.capture_logprobs (on by default)."
+                f"the switch of the engines that return their own log-probs ({owners}); the {engine.name} engine "
+                f"keeps its sampling log-probs with rollout.{engine.logprobs_switch}."
             )
         if self.rollout.use_engine_logprobs and (self.rollout.top_k or self.rollout.top_p < 1):
             raise ConfigError(
@@ -504,19 +576,14 @@ class PPOConfig:
 
 
 #: The keys only a critic-based algorithm reads: the critic, its Ray group, GAE and the value loss.
-CRITIC_KEYS = ("critic", "placement.ray.critic", "ppo.vf_coef", "ppo.value_clip", "ppo.lam",
+CRITIC_KEYS = ("critic", "ppo.vf_coef", "ppo.value_clip", "ppo.lam",
                "ppo.whiten_advantages", "ppo.critic_warmup_iters", "health.value_loss_explode_factor",
                "health.value_loss_baseline_iters")
 
 
 def algorithm_needs_critic(name: str) -> bool:
-    """Asked of the algorithm's class in the registry (imported lazily: it imports torch)."""
-    import importlib
-
-    from tether.algorithms import ALGORITHMS
-
-    module, attr = ALGORITHMS[name].split(":")
-    return bool(getattr(importlib.import_module(module), attr).needs_critic)
+    """Whether the registered algorithm ``name`` trains a critic, as its registry entry declares."""
+    return algorithm_spec(name).needs_critic
 
 
 def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
@@ -524,13 +591,10 @@ def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
     to anything but its default is refused (a setting that silently does nothing is a defect)."""
     rules = []
     if cfg.critic.shared_trunk:
-        rules.append((("critic.init", "critic.gradient_checkpointing", "critic.strategy"),
-                      "with critic.shared_trunk=true (the critic is a value head on the actor's trunk)"))
-    if cfg.algorithm != "grpo":
-        rules.append((("group.scale_by_std",), f"with algorithm={cfg.algorithm} (it scales GRPO's group advantages)"))
-    if cfg.algorithm in ("grpo", "rloo"):
-        rules.append((("ppo.gamma",), f"with algorithm={cfg.algorithm}, whose advantage is one number per response "
-                                      "(no per-token discounting)"))
+        head_only = tuple(f"critic.optim.{f.name}" for f in dataclasses.fields(cfg.critic.optim) if f.name != "lr")
+        rules.append((("critic.init", "critic.gradient_checkpointing", "critic.strategy", *head_only),
+                      "with critic.shared_trunk=true (the critic is a value head on the actor's trunk, stepped by "
+                      "the actor's optimiser at critic.optim.lr)"))
     if cfg.kl.controller == "fixed":
         rules.append((("kl.target", "kl.horizon"), "with kl.controller=fixed (they steer the adaptive controller)"))
     if len(cfg.reward.models) < 2:
@@ -544,11 +608,15 @@ def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
         rules.append((("eval.every", "eval.max_prompts", "eval.judge"), "with no eval.prompts (no held-out evaluation)"))
     if not cfg.ppo.compile:
         rules.append((("ppo.compile_mode",), "with ppo.compile=false"))
-    if cfg.rollout.engine != "vllm":
-        rules.append((("rollout.vllm",), f"with rollout.engine={cfg.rollout.engine} (they set up the vLLM engine)"))
-    else:
-        rules.append((("rollout.capture_logprobs",), "with rollout.engine=vllm (its switch is "
-                                                     "rollout.use_engine_logprobs)"))
+    # The registry says which settings block and which log-probs switch belong to which engine.
+    engine = engine_spec(cfg.rollout.engine)
+    for other in ENGINES.values():
+        if other.config_block and other.config_block != engine.config_block:
+            rules.append(((other.config_block,), f"with rollout.engine={engine.name} (they set up the "
+                                                 f"{other.title} engine)"))
+    if engine.logprobs_switch != "capture_logprobs":
+        rules.append((("rollout.capture_logprobs",), f"with rollout.engine={engine.name} (its switch is "
+                                                     f"rollout.{engine.logprobs_switch})"))
     if cfg.placement.backend != "ray":
         rules.append((("placement.ray",), f"with placement.backend={cfg.placement.backend}"))
     if not cfg.health.enabled:

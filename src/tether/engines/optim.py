@@ -27,6 +27,15 @@ class OptimizerSpec:
     max_grad_norm: float | None = 1.0
     groups: tuple[tuple[str, float], ...] = ()
 
+    @classmethod
+    def from_block(cls, block, total_steps: int, fused: bool = False,
+                   groups: tuple[tuple[str, float], ...] = ()) -> "OptimizerSpec":
+        """The spec of a config's optimiser block (:class:`tether.config.common.OptimizerConfig`:
+        every trained model's) over ``total_steps`` optimiser steps."""
+        return cls(lr=block.lr, weight_decay=block.weight_decay, betas=(block.beta1, block.beta2), eps=block.eps,
+                   fused=fused, schedule=block.schedule, warmup_steps=block.warmup_steps, total_steps=total_steps,
+                   min_lr_ratio=block.min_lr_ratio, max_grad_norm=block.max_grad_norm, groups=groups)
+
 
 def make_optimizer(model, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999), eps=1e-8, fused: bool = False,
                    groups: tuple[tuple[str, float], ...] = ()):

@@ -16,7 +16,7 @@ def measure(out: Path, demo: Path, runs: dict[str, dict], seed: int, eval_repeat
     ``out/label``, ``method`` in the record when the label is not the method) the final policy's gold, proxy, KL to SFT, win rates over
     SFT, task accuracy, '!' rate, length, trajectory, wall time and peak RSS; SFT's own numbers;
     best-of-N of SFT; the reward model's and DPO's implicit reward's held-out pair accuracy."""
-    from tether.compare import RL_METHODS, rl_trajectory
+    from tether.compare import rl_methods, rl_trajectory
     from tether.demo import held_out_prompts, policy_report
     from tether.eval.best_of_n import best_of_n
     from tether.eval.policies import measured_policy, measured_reward
@@ -42,7 +42,7 @@ def measure(out: Path, demo: Path, runs: dict[str, dict], seed: int, eval_repeat
         run_dir, method = out / label, run.get("method", label)
         samples = evaluate(run_dir)
         report = {**policy_report(samples), **policy_vs_sft(samples, sft_samples), **run}
-        if method in RL_METHODS:
+        if method in rl_methods():
             report.update(generated(run_dir))
             report["trajectory"] = rl_trajectory(run_dir)
         else:
@@ -74,10 +74,11 @@ def generated(run_dir: Path) -> dict:
     """Responses and tokens an RL run sampled for training (iterations x responses per iteration)."""
     import yaml
 
+    from tether.algorithms.registry import DEFAULT_ALGORITHM
     from tether.config.stages import default_group_size
 
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    group = (cfg.get("group") or {}).get("size") or default_group_size(cfg.get("algorithm", "ppo"))
+    group = (cfg.get("group") or {}).get("size") or default_group_size(cfg.get("algorithm", DEFAULT_ALGORITHM))
     per_iteration = cfg["rollout"]["batch_size"] * group
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "response/length_mean" in r]
     iterations = max((r["step"] for r in rows), default=0)

@@ -82,17 +82,17 @@ FIXES = {
     "kl_barely_moved": (
         "The policy has barely changed from SFT (ref. 003: KL < 1 -> 'decrease beta or train longer'; "
         "ref. 004: 'reward does not move -> lower beta or increase LR'). Lower kl.coef (or raise "
-        "kl.target with the adaptive controller), raise ppo.actor_lr, or run more ppo.iterations."
+        "kl.target with the adaptive controller), raise optim.lr, or run more ppo.iterations."
     ),
     "kl_drifting": (
         "The policy is drifting far from SFT (ref. 003: KL > 10 -> 'increase beta or reduce LR'). "
         "Raise kl.coef (or use kl.controller=adaptive with a kl.target in the healthy band) or "
-        "lower ppo.actor_lr; read samples.jsonl for degenerate text."
+        "lower optim.lr; read samples.jsonl for degenerate text."
     ),
     "kl_catastrophic": (
         "Catastrophic divergence from SFT (ref. 003: KL > 20 -> 'stop, debug'; ref. 004: garbled "
         "output from severe reference drift -> 'increase beta, lower LR'). Stop the run, inspect "
-        "samples, then raise kl.coef and lower ppo.actor_lr before restarting from the SFT model."
+        "samples, then raise kl.coef and lower optim.lr before restarting from the SFT model."
     ),
     "reward_hacking": (
         "Reward rises while length and repetition rise together: reward hacking (ref. 004: 'pause "
@@ -102,21 +102,21 @@ FIXES = {
     ),
     "entropy_collapse": (
         "Policy entropy is collapsing: mode collapse (ref. 004: 'policy entropy too low -> add entropy "
-        "regularization, lower LR'). Set ppo.entropy_coef > 0, lower ppo.actor_lr, raise kl.coef."
+        "regularization, lower LR'). Set ppo.entropy_coef > 0, lower optim.lr, raise kl.coef."
     ),
     "value_loss_exploding": (
         "The critic's loss is exploding; actor updates become unstable with it (ref. 004; ref. 003 "
-        "'value function lag'). Lower critic.lr, keep ppo.value_clip on, normalise the reward "
+        "'value function lag'). Lower critic.optim.lr, keep ppo.value_clip on, normalise the reward "
         "(reward.normalize, reward.clip), use ppo.critic_warmup_iters, check optim/critic_grad_norm."
     ),
     "clipfrac_zero": (
         "Almost no token hits the PPO clip: updates are tiny (ref. 004: clip fraction 'approaching 0' "
-        "is a danger signal). Raise ppo.actor_lr or ppo.epochs; check the actor is being trained "
+        "is a danger signal). Raise optim.lr or ppo.epochs; check the actor is being trained "
         "(ppo/actor_trained, ppo.critic_warmup_iters)."
     ),
     "clipfrac_high": (
         "A large share of tokens is clipped every iteration: updates are too aggressive (ref. 004: "
-        "'persistently very high'). Lower ppo.actor_lr, use fewer ppo.epochs or larger minibatches, "
+        "'persistently very high'). Lower optim.lr, use fewer ppo.epochs or larger minibatches, "
         "or set ppo.target_approx_kl to stop epochs early."
     ),
     "eos_collapse": (

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tether.engines import InferenceEngine, engine_settings, prepare_models
 from tether.engines.settings import EngineSettings
 from tether.roles import ModelReward, Reference
-from tether.rollout import engine_class
+from tether.rollout import DEFAULT_ENGINE, EngineSetup, build_engine
 from tether.runtime import Precision
 
 
@@ -28,27 +28,23 @@ def default_settings() -> EngineSettings:
     return EngineSettings(device=resolve_device("auto"), precision=Precision("fp32"))
 
 
-def measured_policy(model, tokenizer, temperature: float, engine: str = "lean",
+def measured_policy(model, tokenizer, temperature: float, engine: str = DEFAULT_ENGINE,
                     settings: EngineSettings | None = None, path: str | None = None,
-                    vllm_options=None) -> MeasuredPolicy:
-    """A frozen causal LM with the generation engine ``engine`` ("lean", "hf", or "vllm", which
-    loads the checkpoint at ``path`` itself, with ``vllm_options``: a
-    :class:`~tether.rollout.vllm_engine.VLLMOptions`) on ``settings``'s device, its log-probs at
-    ``temperature`` (the sampling temperature; 1.0 for greedy)."""
+                    engine_options: dict | None = None) -> MeasuredPolicy:
+    """A frozen causal LM with the generation engine registered as ``engine`` (built through the
+    registry, as training builds its own; an engine that holds its own weights loads the
+    checkpoint at ``path``, with ``engine_options``: its own settings, e.g. the commands' memory
+    flags) on ``settings``'s device, its log-probs at ``temperature`` (the sampling temperature;
+    1.0 for greedy). Errors name the commands' flags."""
+    from tether.models import context_length
+
     settings = settings or default_settings()
     prepared = prepare_models([model], settings)
     frozen = InferenceEngine(model, settings.device, settings.precision)
-    if engine == "vllm":
-        from tether.models import context_length
-        from tether.rollout.vllm_engine import CLI_KEYS, VLLMGenerationEngine, VLLMOptions
-
-        if path is None:
-            raise ValueError("engine 'vllm' samples from a checkpoint on disk: pass its path")
-        sampler = VLLMGenerationEngine(path, tokenizer, vllm_options or VLLMOptions(), context=context_length(model),
-                                       keys=CLI_KEYS)
-    else:
-        sampler = engine_class(engine)(model, tokenizer, autocast=settings.precision.autocast, capture=False,
-                                       decode_context=prepared.decode_context)
+    setup = EngineSetup(tokenizer, model=model, path=None if path is None else str(path), context=context_length(model),
+                        autocast=settings.precision.autocast, decode_context=prepared.decode_context, capture=False,
+                        options=dict(engine_options or {}), named_by="flags")
+    sampler = build_engine(engine, setup, "--engine")
     return MeasuredPolicy(sampler, Reference(frozen, temperature))
 
 

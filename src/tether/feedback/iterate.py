@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.feedback.store import LabelStore, left_side, load_pairs
 
 Labeller = Callable[[str, str, str], str]  # (prompt, response_a, response_b) -> "a" | "b" | "tie"
@@ -113,19 +114,19 @@ def iterate_demo(out: Path, demo: Path, rounds: int, pairs_per_round: int, label
             f"data.eval={task / 'prefs_eval.jsonl'}", *common, *overrides.get("rm", [])])
         say(f"round {r}: reward model on {n_train} pairs")
         rm = run_reward_model(rm_cfg)
-        ppo_cfg = load_config(PPOConfig, preset("ppo"), [
-            f"run.out={here / 'ppo'}", f"model.name_or_path={demo / 'sft'}", f"prompts={task / 'ppo_prompts.jsonl'}",
+        ppo_cfg = load_config(PPOConfig, preset(DEFAULT_ALGORITHM), [
+            f"run.out={here / DEFAULT_ALGORITHM}", f"model.name_or_path={demo / 'sft'}", f"prompts={task / 'ppo_prompts.jsonl'}",
             f"reward.models=[{here / 'rm'}]", f"eval.prompts={task / 'eval_prompts.jsonl'}", *common,
-            *overrides.get("ppo", [])])
+            *overrides.get(DEFAULT_ALGORITHM, [])])
         say(f"round {r}: PPO from SFT with this reward model")
         run_ppo(ppo_cfg)
-        last = [row for row in read_metrics(here / "ppo" / "metrics.jsonl") if "eval/gold_score" in row][-1]
+        last = [row for row in read_metrics(here / DEFAULT_ALGORITHM / "metrics.jsonl") if "eval/gold_score" in row][-1]
         probes = probe_margins(load_scalar_model(str(here / "rm"), tokenizer), tokenizer, task / "probes.jsonl")
         table.append({"round": r, "pairs": len(rows), "verdicts": verdicts, "rm_train_pairs": n_train,
                       "rm_accuracy": rm["eval/accuracy"], **probes,
                       "ppo_proxy": last["eval/proxy_score"], "ppo_gold": last["eval/gold_score"],
                       "ppo_kl": last["eval/kl"]})
-        policy = here / "ppo"
+        policy = here / DEFAULT_ALGORITHM
         (out / "iterate.json").write_text(json.dumps({"rounds": table}, indent=2), encoding="utf-8")
     return {"rounds": table}
 
@@ -142,8 +143,8 @@ def baseline(demo: Path, tokenizer) -> dict:
     n_train = sum(1 for line in (demo / "task" / "prefs_train.jsonl").read_text().splitlines() if line.strip())
     row = {"round": 0, "pairs": 0, "verdicts": {}, "rm_train_pairs": n_train, "rm_accuracy": rm_rows[-1]["eval/accuracy"],
            **probes, "ppo_proxy": None, "ppo_gold": None, "ppo_kl": None}
-    if (demo / "ppo" / "metrics.jsonl").is_file():
-        last = [r for r in read_metrics(demo / "ppo" / "metrics.jsonl") if "eval/gold_score" in r][-1]
+    if (demo / DEFAULT_ALGORITHM / "metrics.jsonl").is_file():
+        last = [r for r in read_metrics(demo / DEFAULT_ALGORITHM / "metrics.jsonl") if "eval/gold_score" in r][-1]
         row.update(ppo_proxy=last["eval/proxy_score"], ppo_gold=last["eval/gold_score"], ppo_kl=last["eval/kl"])
     return row
 

@@ -13,9 +13,7 @@ reward.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import time
 
 import torch
 
@@ -25,17 +23,17 @@ from tether.data import collate_left, collate_right
 from tether.distributed import all_gather_objects
 from tether.distributed.shard import rank_slice
 from tether.engines import TrainingEngine, engine_settings, prepare_models
-from tether.loops.common import batch_indices, begin_run, data_limit, log_data_counts, save_final, steps_for
+from tether.loops.common import batch_indices, data_limit, steps_for
 from tether.loops.reward_model import load_pairs
 from tether.loops.sft import optimizer_spec
-from tether.cards import model_card
-from tether.loops.supervised import SupervisedJob, sequence_tokens, train_supervised
+from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.loading import load_model_config
-from tether.models.lora import is_peft, trainable
-from tether.roles.build import check_reference_tokenizer
+from tether.roles.sources import check_reference_tokenizer
 from tether.roles.policy import policy_forward
-from tether.runs import guarded_run, prepare_run_dir
+from tether.roles.builder import base_engine, build_trained, resume_adapter, resume_source
+from tether.roles.supervised import StageRoles, SupervisedModel
+from tether.runs import guarded_run
 from tether.types import Rollout
 
 
@@ -90,20 +88,13 @@ def evaluate_dpo(model, pairs: list, ref: torch.Tensor, pad_id: int, batch_size:
     }
 
 
-def adapters_off(model):
-    """The context in which a peft model is its base (the reference under LoRA)."""
-    return model.disable_adapter() if is_peft(model) else contextlib.nullcontext()
-
-
-def reference_of(cfg: DPOConfig, engine: TrainingEngine, policy, tokenizer, settings,
-                 *pair_sets: list) -> list[torch.Tensor]:
+def reference_of(cfg: DPOConfig, engine: TrainingEngine, tokenizer, settings, *pair_sets: list) -> list[torch.Tensor]:
     """(N, 2) reference log-probs of each list of pairs: under the policy's base with its adapters
-    off (LoRA and no ``reference``; ``policy`` is the engine's peft model), or a frozen model loaded
-    for the purpose and dropped after."""
+    off (LoRA and no ``reference``), or a frozen model loaded for the purpose and dropped after."""
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
     if cfg.lora.enabled and not cfg.reference:
-        with adapters_off(policy):
-            return [engine.infer(pair_logprob_table, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
+        base = base_engine(engine)
+        return [base.infer(pair_logprob_table, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
     reference = load_causal_lm(cfg.reference or cfg.model.name_or_path, tokenizer, cfg.model.dtype,
                                trust_remote_code=cfg.model.trust_remote_code,
                                key="reference" if cfg.reference else "model.name_or_path")
@@ -121,12 +112,12 @@ def rows_used(n: int, batch_size: int, total_steps: int, seed: int) -> list[int]
     return sorted({i for idx in batch_indices(n, batch_size, steps, seed) for i in idx.tolist()})
 
 
-def reference_table(cfg: DPOConfig, engine: TrainingEngine, policy, tokenizer, settings, train: list, evals: list,
+def reference_table(cfg: DPOConfig, engine: TrainingEngine, tokenizer, settings, train: list, evals: list,
                     total_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(N, 2) reference log-probs of the training pairs, NaN in the rows the run never draws
     (a NaN reaching a loss would stop the run, never train it), and (M, 2) of the held-out pairs."""
     used = rows_used(len(train), cfg.optim.batch_size, total_steps, cfg.run.seed)
-    scored, ref_eval = reference_of(cfg, engine, policy, tokenizer, settings, [train[i] for i in used], evals)
+    scored, ref_eval = reference_of(cfg, engine, tokenizer, settings, [train[i] for i in used], evals)
     ref_train = torch.full((len(train), 2), float("nan"))
     ref_train[torch.tensor(used, dtype=torch.long)] = scored
     return ref_train, ref_eval
@@ -145,29 +136,29 @@ def dpo_inputs(cfg: DPOConfig):
     return tokenizer, models, load_pairs(cfg, tokenizer, data_limit(cfg, models))
 
 
-@guarded_run
-def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
-    """Train the policy with DPO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
-    ckpt = begin_run(cfg, "dpo", resume)
-    settings = engine_settings(cfg)
+def dpo_stage_inputs(cfg: DPOConfig) -> StageInputs:
+    """:func:`dpo_inputs` as the skeleton takes them, the limits fitted to the policy and the reference."""
     tokenizer, configs, (train, _, evals, counts) = dpo_inputs(cfg)
-    limits = {"data.max_length": data_limit(cfg, configs)}  # config.yaml, the card
-    pad = tokenizer.pad_token_id
-    batch = cfg.optim.batch_size
-    full = ckpt is not None and not cfg.lora.enabled  # a LoRA checkpoint holds the adapters alone
-    model = load_causal_lm(str(ckpt / "model") if full else cfg.model.name_or_path, tokenizer, cfg.model.dtype,
-                           trust_remote_code=cfg.model.trust_remote_code, key=None if full else "model.name_or_path")
-    prepare_models([model], settings)
-    model = trainable(model, cfg.lora, ckpt / "model" if ckpt and cfg.lora.enabled else None,
-                      cfg.gradient_checkpointing)
-    total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
-    engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
-                            settings.on_nonfinite, strategy=cfg.distributed.strategy)
+    return StageInputs(tokenizer, train, evals, counts, {"data.max_length": data_limit(cfg, configs)})
+
+
+def build_dpo_roles(cfg: DPOConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,
+                    total_steps: int | None = None) -> StageRoles:
+    """DPO's policy role, built where it runs: the policy through the trained-model builder, the
+    reference's log-probs of the pairs the run will draw (:func:`reference_table`, before the
+    first step), the loss over training pairs and the implicit reward's held-out evaluation."""
+    inputs = inputs or dpo_stage_inputs(cfg)
+    train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
+    total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    settings = engine_settings(cfg)
+    pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
+    source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
+    model = load_causal_lm(source, tokenizer, cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, key=key)
+    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
+                           adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
+                           strategy=cfg.distributed.strategy)
     autocast = engine.autocast
-    ref_train, ref_eval = reference_table(cfg, engine, model, tokenizer, settings, train, evals, total_steps)
-    out = prepare_run_dir(cfg.run.out, cfg, "dpo", cfg.run.overwrite, resume=ckpt is not None, limits=limits)
-    if ckpt is None:
-        log_data_counts(out, "dpo", {"train_pairs": len(train), "eval_pairs": len(evals), **counts})
+    ref_train, ref_eval = reference_table(cfg, engine, tokenizer, settings, train, evals, total_steps)
     beta, kind, smoothing = cfg.dpo.beta, cfg.dpo.loss, cfg.dpo.label_smoothing
 
     def loss(module, items):
@@ -183,11 +174,14 @@ def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
     def evaluate() -> dict:
         return engine.infer(evaluate_dpo, evals, ref_eval, pad, batch, beta, kind, smoothing, autocast)
 
-    job = SupervisedJob(stage="dpo", engine=engine, tokenizer=tokenizer, train=list(range(len(train))), loss=loss,
-                        evaluate=evaluate if evals else None, tokens_of=lambda i: sequence_tokens(train[i]))
-    t0 = time.perf_counter()
-    eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
-    save_final(out, engine, tokenizer, {"stage": "dpo", "steps": total_steps},
-               model_card(cfg, "dpo", {**eval_metrics, "steps": total_steps}, out, limits=limits))
-    return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
-            "engine": engine, "tokenizer": tokenizer}
+    return StageRoles({"policy": SupervisedModel(engine, loss, evaluate if evals else None, name="dpo loss")})
+
+
+DPO = StageBody(name="dpo", role="policy", inputs=dpo_stage_inputs, build=build_dpo_roles,
+                counted=("train_pairs", "eval_pairs"))
+
+
+@guarded_run
+def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
+    """Train the policy with DPO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
+    return run_stage(cfg, DPO, resume)

@@ -9,7 +9,6 @@ subtracted by tether's reward role: BT only identifies rewards up to a constant 
 from __future__ import annotations
 
 import logging
-import time
 
 import torch
 
@@ -19,25 +18,17 @@ from tether.algos import bradley_terry_loss
 from tether.config import RewardModelConfig
 from tether.data import collate_right, load_records, preference_examples, tokenize_preference
 from tether.errors import DataError
-from tether.loops.common import (
-    LengthLimit,
-    begin_run,
-    data_limit,
-    log_data_counts,
-    notice,
-    save_final,
-    steps_for,
-)
-from tether.cards import model_card
-from tether.loops.supervised import SupervisedJob, sequence_tokens, train_supervised
+from tether.loops.common import LengthLimit, data_limit, notice, steps_for
+from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.loops.sft import optimizer_spec, split_holdout
 from tether.metrics import MetricsLogger
-from tether.engines import TrainingEngine, engine_settings, prepare_models
+from tether.engines import engine_settings
 from tether.models import load_scalar_model, load_tokenizer
 from tether.models.loading import check_scalar_head_config, load_model_config
-from tether.models.lora import trainable
 from tether.models.forward import last_token_scores
-from tether.runs import guarded_run, prepare_run_dir
+from tether.roles.builder import build_trained, resume_adapter, resume_source
+from tether.roles.supervised import StageRoles, SupervisedModel
+from tether.runs import guarded_run
 from tether.types import to_device
 
 log = logging.getLogger(__name__)
@@ -147,31 +138,31 @@ def rm_inputs(cfg: RewardModelConfig):
     return tokenizer, config, load_pairs(cfg, tokenizer, data_limit(cfg, {cfg.model.name_or_path: config}))
 
 
-@guarded_run
-def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
-    """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
-    ckpt = begin_run(cfg, "rm", resume)
-    settings = engine_settings(cfg)
+def rm_stage_inputs(cfg: RewardModelConfig) -> StageInputs:
+    """:func:`rm_inputs` as the skeleton takes them (the margins ride along in ``extra``)."""
     tokenizer, config, (train, margins, evals, counts) = rm_inputs(cfg)
-    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}  # config.yaml, the card
+    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}
+    return StageInputs(tokenizer, train, evals, counts, limits, {"margins": margins})
+
+
+def build_rm_roles(cfg: RewardModelConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,
+                   total_steps: int | None = None) -> StageRoles:
+    """The reward model being trained, as the ``reward`` role, built where it runs: a scalar model
+    (a fresh head on the SFT model, or the checkpoint's trained one) through the trained-model
+    builder, its Bradley-Terry loss over training pairs and its held-out evaluation."""
+    inputs = inputs or rm_stage_inputs(cfg)
+    train, evals, tokenizer, margins = inputs.train, inputs.evals, inputs.tokenizer, inputs.extra["margins"]
+    total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    settings = engine_settings(cfg)
     # The head is new when starting from the SFT model (a causal LM); a trained one is kept.
     # A LoRA checkpoint holds the adapters (and the head) alone: the base comes from the config.
-    full = ckpt is not None and not cfg.lora.enabled
-    model = load_scalar_model(
-        str(ckpt / "model") if full else cfg.model.name_or_path, tokenizer, cfg.model.dtype,
-        cfg.keep_dropout, head_init_std=cfg.head_init_std, new_head=not full,
-        trust_remote_code=cfg.model.trust_remote_code, key=None if full else "model.name_or_path",
-    )
-    total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
-    prepare_models([model], settings)
-    model = trainable(model, cfg.lora, ckpt / "model" if ckpt and cfg.lora.enabled else None,
-                      cfg.gradient_checkpointing, scalar=True)
-    engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
-                            settings.on_nonfinite, strategy=cfg.distributed.strategy)
+    source, key = resume_source(cfg, checkpoint)
+    model = load_scalar_model(source, tokenizer, cfg.model.dtype, cfg.keep_dropout, head_init_std=cfg.head_init_std,
+                              new_head=key is not None, trust_remote_code=cfg.model.trust_remote_code, key=key)
+    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
+                           adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
+                           scalar=True, strategy=cfg.distributed.strategy)
     engine.config.score_offset = 0.0
-    out = prepare_run_dir(cfg.run.out, cfg, "rm", cfg.run.overwrite, resume=ckpt is not None, limits=limits)
-    if ckpt is None:
-        log_data_counts(out, "rm", {"train_pairs": len(train), "eval_pairs": len(evals), **counts})
     pad, autocast = tokenizer.pad_token_id, engine.autocast
 
     def loss(module, items):
@@ -183,17 +174,26 @@ def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     def evaluate() -> dict:
         return engine.infer(evaluate_pairs, evals, pad, cfg.optim.batch_size, 0.0, autocast)
 
-    job = SupervisedJob(stage="rm", engine=engine, tokenizer=tokenizer, train=list(range(len(train))), loss=loss,
-                        evaluate=evaluate if evals else None, tokens_of=lambda i: sequence_tokens(train[i]))
-    t0 = time.perf_counter()
-    eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
-    if cfg.normalize and evals:
-        # Gauge fix: held-out responses score 0 on average (mean-centering, reference text 001).
-        engine.config.score_offset = eval_metrics["eval/score_mean"]
+    return StageRoles({"reward": SupervisedModel(engine, loss, evaluate if evals else None, name="rm loss")})
+
+
+def store_offset(trained, cfg: RewardModelConfig, eval_metrics: dict, out, total_steps: int) -> dict:
+    """Gauge fix: held-out responses score 0 on average (mean-centering, reference text 001); the
+    offset is saved in the model's config and logged. Without held-out pairs it stays 0."""
+    offset = 0.0
+    if cfg.normalize and "eval/score_mean" in eval_metrics:
+        offset = eval_metrics["eval/score_mean"]
+        trained.set_score_offset(offset)
         with MetricsLogger(out, "rm") as logger:
-            logger.log(total_steps, {"rm/score_offset": engine.config.score_offset})
-    card = model_card(cfg, "rm", {**eval_metrics, "steps": total_steps, "score_offset": engine.config.score_offset},
-                      out, role="reward", limits=limits)
-    save_final(out, engine, tokenizer, {"stage": "rm", "steps": total_steps}, card)
-    return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
-            "score_offset": engine.config.score_offset, "engine": engine, "tokenizer": tokenizer}
+            logger.log(total_steps, {"rm/score_offset": offset})
+    return {"score_offset": offset}
+
+
+RM = StageBody(name="rm", role="reward", inputs=rm_stage_inputs, build=build_rm_roles,
+               counted=("train_pairs", "eval_pairs"), finish=store_offset, card_role="reward")
+
+
+@guarded_run
+def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
+    """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
+    return run_stage(cfg, RM, resume)

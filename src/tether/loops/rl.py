@@ -30,7 +30,7 @@ from tether.loops.rl_setup import (
     sampling_params,
     shape_scores,
 )
-from tether.rollout import SamplingParams
+from tether.rollout import SamplingParams, engine_settings_block, engine_spec
 from tether.placement import role
 from tether.runtime import rank_seed
 from tether.types import Experience, Rollout
@@ -45,7 +45,7 @@ class RLTrainer:
         self.cfg, self.placement, self.prompts, self.algo = cfg, placement, prompts, algorithm
         self.actor, self.reference, self.reward, self.rollout = (
             role(placement, name) for name in ("actor", "reference", "reward", "rollout"))
-        self.critic = role(placement, "critic") if algorithm.needs_critic else None
+        self.critic = role(placement, "critic") if cfg.needs_critic else None
         # A shared-trunk critic trains inside the actor's update: nothing to run beside it.
         self.critic_trains = self.critic is not None and self.critic.trains_alone()
         self.sampling = sampling_params(cfg)
@@ -55,7 +55,8 @@ class RLTrainer:
         self.last_ratio_deviation = float("nan")
         self.last_sync_diff = float("nan")
         self.last_experience: Experience | None = None
-        if not self.rollout.shares_weights():
+        self.rollout_engine = engine_spec(cfg.rollout.engine)  # what the generation engine declares
+        if self.rollout_engine.holds_own_weights:
             self.sync_weights(Timer())  # the engine starts from the checkpoint on disk: give it the actor's
 
     # -- one iteration -------------------------------------------------------------------
@@ -74,7 +75,7 @@ class RLTrainer:
         self.last_experience = experience
         stats.update(timer.times)
         stats["timing/iteration"] = time.perf_counter() - t0
-        if not math.isnan(self.last_sync_diff):  # checked (rollout.vllm.check_sync)
+        if not math.isnan(self.last_sync_diff):  # checked (the engine block's check_sync)
             stats["rollout/sync_logprob_diff"] = self.last_sync_diff
         stats["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(timer.times["timing/rollout"], 1e-9)
         return stats
@@ -154,15 +155,17 @@ class RLTrainer:
 
     def sync_weights(self, timer: Timer) -> None:
         """Load the actor's new weights into a generation engine that holds its own copy (where
-        the engine runs: it pulls them from the actor), and check them when asked."""
-        if not self.rollout.shares_weights():
+        the engine runs: it pulls them from the actor), and check them when its settings ask."""
+        if self.rollout_engine.holds_own_weights:
             with timer("weight_sync"):
-                self.rollout.sync()
-            if self.cfg.rollout.engine == "vllm" and self.cfg.rollout.vllm.check_sync:
-                self.check_sync()
+                self.rollout.sync_weights()
+            block = engine_settings_block(self.cfg)
+            if self.rollout_engine.post_sync_check and block.check_sync:
+                self.check_sync(block.sync_tolerance)
 
-    def check_sync(self) -> float:
-        """Sample a few tokens after a sync; the engine's log-probs must be the actor's."""
+    def check_sync(self, tolerance: float) -> float:
+        """Sample a few tokens after a sync; the engine's log-probs must be the actor's (within
+        ``tolerance``, the engine block's ``sync_tolerance``)."""
         n = min(4, len(self.prompts.ids))
         params = SamplingParams(max_new_tokens=8, temperature=self.cfg.rollout.temperature)
         ro = self.rollout.generate(self.prompts.ids[:n], self.prompts.texts[:n], params,
@@ -171,11 +174,11 @@ class RLTrainer:
         mask = ro.response_mask.to(logp.device).bool()
         diff = float((logp - ro.sampled_logprobs.to(logp.device)).abs().masked_fill(~mask, 0).max())
         self.last_sync_diff = diff
-        tolerance = self.cfg.rollout.vllm.sync_tolerance
+        spec = self.rollout_engine
         self.check_invariant(diff <= tolerance,
-                             f"after the weight sync the vLLM engine's log-probs differ from the actor's by {diff:.2e} "
-                             f"(rollout.vllm.sync_tolerance {tolerance:g}): the engine does not hold the actor's "
-                             "weights, and PPO would train off-policy.")
+                             f"after the weight sync the {spec.title} engine's log-probs differ from the actor's by "
+                             f"{diff:.2e} ({spec.config_block}.sync_tolerance {tolerance:g}): the engine does not hold "
+                             "the actor's weights, and PPO would train off-policy.")
         return diff
 
     def update_streams(self) -> int:

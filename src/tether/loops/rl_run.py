@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_jsonl, truncate_metrics
 from tether.eval.health import HealthMonitor, append_alarms
 from tether.cards import model_card
@@ -45,7 +46,7 @@ def sample_rows(iteration: int, exp: Experience, n: int) -> list[dict]:
     ]
 
 
-def run_rl(cfg, algorithm, stage: str = "ppo", on_iteration=None, resume: bool = False) -> dict:
+def run_rl(cfg, algorithm, stage: str = DEFAULT_ALGORITHM, on_iteration=None, resume: bool = False) -> dict:
     """Run ``algorithm`` on ``cfg``; save the final policy at ``run.out`` (critic in ``run.out/critic``).
 
     ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).

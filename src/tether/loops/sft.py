@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 
 import torch
 
@@ -19,23 +18,15 @@ from tether.distributed import all_reduce
 from tether.distributed.shard import strided
 from tether.errors import DataError
 from tether.runtime import world_size
-from tether.loops.common import (
-    LengthLimit,
-    begin_run,
-    data_limit,
-    log_data_counts,
-    notice,
-    save_final,
-    steps_for,
-)
-from tether.engines import OptimizerSpec, TrainingEngine, engine_settings, prepare_models
-from tether.cards import model_card
-from tether.loops.supervised import SupervisedJob, train_supervised
+from tether.loops.common import LengthLimit, data_limit, notice, steps_for
+from tether.engines import OptimizerSpec, engine_settings
+from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.forward import sequence_logprobs
 from tether.models.loading import load_model_config
-from tether.models.lora import trainable
-from tether.runs import guarded_run, prepare_run_dir
+from tether.roles.builder import build_trained, resume_adapter, resume_source
+from tether.roles.supervised import StageRoles, SupervisedModel
+from tether.runs import guarded_run
 from tether.types import to_device
 
 log = logging.getLogger(__name__)
@@ -129,34 +120,31 @@ def sft_inputs(cfg: SFTConfig):
     return tokenizer, config, train, evals, counts
 
 
-@guarded_run
-def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
-    """Train, evaluate, save ``run.out`` as a Hugging Face checkpoint; return final metrics.
-
-    ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
-    """
-    ckpt = begin_run(cfg, "sft", resume)
-    settings = engine_settings(cfg)
+def sft_stage_inputs(cfg: SFTConfig) -> StageInputs:
+    """:func:`sft_inputs` as the skeleton takes them, with the limits ``config.yaml`` and the card report."""
     tokenizer, config, train, evals, counts = sft_inputs(cfg)
-    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}  # config.yaml, the card
-    full = ckpt is not None and not cfg.lora.enabled  # a LoRA checkpoint holds the adapters alone
-    model = load_causal_lm(
-        str(ckpt / "model") if full else cfg.model.name_or_path,
-        tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code,
-        key=None if full else "model.name_or_path",
-    )
-    total_steps = steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
-    prepare_models([model], settings)
-    model = trainable(model, cfg.lora, ckpt / "model" if ckpt and cfg.lora.enabled else None,
-                      cfg.gradient_checkpointing)
-    engine = TrainingEngine(model, optimizer_spec(cfg.optim, total_steps), settings.device, settings.precision,
-                            settings.on_nonfinite, strategy=cfg.distributed.strategy)
-    out = prepare_run_dir(cfg.run.out, cfg, "sft", cfg.run.overwrite, resume=ckpt is not None, limits=limits)
-    if ckpt is None:
-        log_data_counts(out, "sft", {"train_examples": len(train), "eval_examples": len(evals), **counts})
+    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}
+    return StageInputs(tokenizer, train, evals, counts, limits)
+
+
+def build_sft_roles(cfg: SFTConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,
+                    total_steps: int | None = None) -> StageRoles:
+    """SFT's policy role, built where it runs: the model (from ``checkpoint`` when resuming) through
+    the trained-model builder, its loss over training rows and its held-out loss. ``inputs``: the
+    stage's inputs when the loop holds them (this process); a Ray worker reads its own."""
+    inputs = inputs or sft_stage_inputs(cfg)
+    train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
+    total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    settings = engine_settings(cfg)
+    source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
+    model = load_causal_lm(source, tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code, key=key)
+    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
+                           adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
+                           strategy=cfg.distributed.strategy)
     pad, autocast = tokenizer.pad_token_id, engine.autocast
 
-    def loss(module, items):
+    def loss(module, rows):
+        items = [train[i] for i in rows]
         batch = engine.to_device(collate_right([t.input_ids for t in items], pad, [t.loss_mask for t in items]))
         value = sft_batch_loss(module, batch, int(batch["loss_mask"][:, 1:].sum()), autocast)
         return value, {"train/loss": float(value.detach())}
@@ -164,18 +152,24 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     def evaluate() -> dict:
         return {"eval/loss": engine.infer(evaluate_sft, evals, pad, cfg.optim.batch_size, autocast)}
 
-    job = SupervisedJob(stage="sft", engine=engine, tokenizer=tokenizer, train=train, loss=loss,
-                        evaluate=evaluate if evals else None, weight_of=lambda t: float(sum(t.loss_mask[1:])))
-    t0 = time.perf_counter()
-    eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
-    save_final(out, engine, tokenizer, {"stage": "sft", "steps": total_steps},
-               model_card(cfg, "sft", {**eval_metrics, "steps": total_steps}, out, limits=limits))
-    return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0,
-            "engine": engine, "tokenizer": tokenizer}
+    policy = SupervisedModel(engine, loss, evaluate if evals else None,
+                             weight_of=lambda i: float(sum(train[i].loss_mask[1:])), name="sft loss")
+    return StageRoles({"policy": policy})
+
+
+SFT = StageBody(name="sft", role="policy", inputs=sft_stage_inputs, build=build_sft_roles,
+                counted=("train_examples", "eval_examples"))
+
+
+@guarded_run
+def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
+    """Train, evaluate, save ``run.out`` as a Hugging Face checkpoint; return final metrics.
+
+    ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
+    """
+    return run_stage(cfg, SFT, resume)
 
 
 def optimizer_spec(opt, total_steps: int) -> OptimizerSpec:
     """AdamW and its schedule from an ``optim:`` block (SFT and the reward model)."""
-    return OptimizerSpec(lr=opt.lr, weight_decay=opt.weight_decay, betas=(opt.beta1, opt.beta2), eps=opt.eps,
-                         schedule=opt.schedule, warmup_steps=opt.warmup_steps, total_steps=total_steps,
-                         min_lr_ratio=opt.min_lr_ratio, max_grad_norm=opt.max_grad_norm)
+    return OptimizerSpec.from_block(opt, total_steps)

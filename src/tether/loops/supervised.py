@@ -1,5 +1,7 @@
-"""The optimisation loop SFT and the reward model share: batches, accumulation, evaluation,
-checkpoints and exact resume. A stage supplies its training engine, its loss and its evaluation.
+"""The optimisation loop SFT, the reward model and DPO share: batches, accumulation, evaluation,
+checkpoints and exact resume. The loop holds the trained model's role through a placement
+(:class:`tether.roles.supervised.SupervisedModel`, which owns the stage's data, loss and
+evaluation) and sends it the row indices of each batch, as the RL loop drives the actor.
 Under torchrun every rank walks the same batches and trains on its slice of each (the engine
 splits them); rank 0 alone logs and writes.
 
@@ -17,7 +19,6 @@ from pathlib import Path
 import torch
 
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_metrics
-from tether.engines import TrainingEngine
 from tether.loops.common import announce_resume, batch_indices, progress
 from tether.metrics import MetricsLogger
 from tether.runs import fault_point
@@ -38,32 +39,30 @@ def sequence_tokens(item) -> int:
 class SupervisedJob:
     """What a stage hands to :func:`train_supervised`.
 
-    ``loss(model, items)`` returns the micro-batch's mean loss (a tensor) and a dict of float
-    stats; the engine weights micro-batches by their share of the batch (``weight_of`` each
-    item, e.g. its response tokens). ``evaluate()`` returns a dict of eval metrics. ``tokens_of``
-    counts an item's tokens for ``perf/tokens_per_s`` (items that are indices: their row's).
+    ``trained``: the trained model's role proxy (``update(rows, micro_size, step)``,
+    ``evaluate()``, ``last_lr()``, ``state_dict()``, ``save_pretrained()``); ``rows``: how many
+    training rows there are; ``tokens_of(row)``: a row's tokens for ``perf/tokens_per_s``;
+    ``evaluate``: whether there is held-out data to evaluate on.
     """
 
     stage: str
-    engine: TrainingEngine
+    trained: object
     tokenizer: object
-    train: list
-    loss: Callable
-    evaluate: Callable[[], dict] | None
-    weight_of: Callable[[object], float] = lambda item: 1.0
-    tokens_of: Callable[[object], int] = sequence_tokens  # for perf/tokens_per_s
+    rows: int
+    tokens_of: Callable[[int], int]
+    evaluate: bool = True
 
 
 def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt: Path | None) -> dict:
     """Run ``total_steps`` optimiser steps of ``job`` with ``cfg.optim``; return the last eval.
 
-    ``ckpt``: the checkpoint to continue from; ``job.engine`` must already hold its weights.
+    ``ckpt``: the checkpoint to continue from; ``job.trained`` must already hold its weights.
     """
-    opt, run, engine = cfg.optim, cfg.run, job.engine
+    opt, run, trained = cfg.optim, cfg.run, job.trained
     start, eval_metrics = 0, {}
     if ckpt is not None:
         state = load_trainer_state(ckpt)
-        engine.load_state_dict(state["engine"])
+        trained.load_state_dict(state["engine"])
         eval_metrics = state.get("eval_metrics", {})
         start = state["step"]
         set_rank_rng_state(state)
@@ -74,37 +73,36 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
     bar = progress(total_steps, job.stage, run.progress)
     bar.update(start)
     t0, items_seen, tokens_seen = time.perf_counter(), 0, 0
-    for step, idx in enumerate(batch_indices(len(job.train), opt.batch_size, total_steps, run.seed, start), start + 1):
+    for step, idx in enumerate(batch_indices(job.rows, opt.batch_size, total_steps, run.seed, start), start + 1):
         fault_point("step")
         if world_size() > 1:  # each rank's draws (dropout) from (seed, step, rank)
             torch.manual_seed(rank_seed(run.seed, step))
-        items = [job.train[i] for i in idx.tolist()]
-        chunks = [items[lo : lo + micro] for lo in range(0, len(items), micro)]
-        # Each micro-batch (data parallel: each rank's slice of it) weighs its share of the batch.
-        result = engine.train_step(chunks, job.loss, lambda chunk: sum(job.weight_of(x) for x in chunk),
-                                   f"{job.stage} loss", step)
+        rows = idx.tolist()
+        # Micro-batches of `micro` rows, each (data parallel: each rank's slice of it) weighing its
+        # share of the batch.
+        result = trained.update(rows, micro, step)
         sums = result["stats"]
         norm = result["grad_norm"] if result["grad_norm"] is not None else float("nan")
-        items_seen += len(items)
-        tokens_seen += sum(job.tokens_of(x) for x in items)
+        items_seen += len(rows)
+        tokens_seen += sum(job.tokens_of(i) for i in rows)
         bar.update(1)
         if "train/loss" in sums:
             bar.set_postfix(loss=f"{sums['train/loss']:.3f}")
         metrics = {}
         if step % run.log_every == 0 or step == total_steps:
             metrics.update(sums)
-            metrics.update({"optim/lr": engine.last_lr(), "optim/grad_norm": norm,
+            metrics.update({"optim/lr": trained.last_lr(), "optim/grad_norm": norm,
                             "optim/skipped_steps": result["skipped_steps"],
                             "perf/examples_per_s": items_seen / (time.perf_counter() - t0),
                             "perf/tokens_per_s": tokens_seen / (time.perf_counter() - t0)})
-        if job.evaluate is not None and (step % cfg.eval_every == 0 or step == total_steps):
-            eval_metrics = job.evaluate()
+        if job.evaluate and (step % cfg.eval_every == 0 or step == total_steps):
+            eval_metrics = trained.evaluate()
             metrics.update(eval_metrics)
         if metrics:
             logger.log(step, metrics)
         if run.save_every and step % run.save_every == 0 and step < total_steps:
-            state = {"engine": engine.state_dict(), "eval_metrics": eval_metrics}
-            save_checkpoint(out, step, {"model": engine}, job.tokenizer, state, run.keep_checkpoints)
+            state = {"engine": trained.state_dict(), "eval_metrics": eval_metrics}
+            save_checkpoint(out, step, {"model": trained}, job.tokenizer, state, run.keep_checkpoints)
     bar.close()
     logger.close()
     return eval_metrics

@@ -19,20 +19,22 @@ def _clean(value):
 
 class MetricsLogger:
     """Appends one JSON object per call: ``{"stage", "step", "time", <metric>: value, ...}``; the
-    run's open trackers (:mod:`tether.trackers`) get the same metrics at the same step."""
+    run's trackers (:mod:`tether.trackers`) get the same metrics at the same step.
 
-    def __init__(self, run_dir: str | Path, stage: str):
+    ``trackers``: where the metrics also go; by default those of ``run_dir`` when it is the
+    :class:`tether.runs.RunDir` that ``prepare_run_dir`` returned (none for a plain path). The
+    logger never closes them: their owner does (``guarded_run``)."""
+
+    def __init__(self, run_dir: str | Path, stage: str, trackers=None):
         from tether.runtime import is_main  # local: reading metrics (plots, monitors) needs no torch
 
         self.path = Path(run_dir) / "metrics.jsonl"
         self.stage = stage
         self.enabled = is_main()  # data parallel: rank 0 alone writes
         self._file = open(self.path, "a", encoding="utf-8") if self.enabled else None
-
-    def _trackers(self):
-        from tether.trackers import for_run
-
-        return for_run(self.path.parent) if self.enabled else None
+        if trackers is None:
+            trackers = getattr(run_dir, "trackers", None)
+        self.trackers = trackers if self.enabled else None
 
     def log(self, step: int, metrics: dict) -> None:
         if not self.enabled:
@@ -41,15 +43,13 @@ class MetricsLogger:
         row.update({k: _clean(v) for k, v in metrics.items()})
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
-        trackers = self._trackers()
-        if trackers is not None:
-            trackers.log(step, {k: v for k, v in row.items() if k not in ("stage", "step", "time")})
+        if self.trackers is not None:
+            self.trackers.log(step, {k: v for k, v in row.items() if k not in ("stage", "step", "time")})
 
     def log_table(self, name: str, step: int, rows: list[dict]) -> None:
         """``rows`` (e.g. PPO's samples) as a table named ``name`` in the trackers that have tables."""
-        trackers = self._trackers()
-        if trackers is not None:
-            trackers.log_table(name, step, [{k: _clean(v) for k, v in row.items()} for row in rows])
+        if self.trackers is not None:
+            self.trackers.log_table(name, step, [{k: _clean(v) for k, v in row.items()} for row in rows])
 
     def __enter__(self) -> "MetricsLogger":
         return self

@@ -37,20 +37,36 @@ def place_roles(cfg, roles):
     return placement
 
 
-def make_ray_placement(cfg, checkpoint=None):
-    """(the Ray placement of ``cfg``'s roles, the policy's tokenizer, the models' context lengths)."""
+def _refuse_torchrun() -> None:
     from tether.errors import ConfigError
-    from tether.models import load_tokenizer
-    from tether.placement.ray_placement import RayPlacement
 
     if world_size() > 1:
         raise ConfigError("Config key 'placement.backend' = 'ray' under torchrun: a Ray placement starts its own "
-                          "processes (placement.ray.<role>.num_workers make data-parallel groups); launch it "
+                          "processes (placement.ray.roles.<role>.num_workers make data-parallel groups); launch it "
                           "without torchrun.")
+
+
+def make_ray_placement(cfg, checkpoint=None):
+    """(the Ray placement of ``cfg``'s roles, the policy's tokenizer, the models' context lengths)."""
+    from tether.models import load_tokenizer
+    from tether.placement.ray_placement import RayPlacement
+
+    _refuse_torchrun()
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     placement = RayPlacement(cfg, checkpoint, tokenizer.pad_token_id)
     return placement, tokenizer, placement.contexts
+
+
+def make_stage_placement(cfg, role_name: str, build: str, checkpoint=None, pad_id: int = 0):
+    """The Ray placement of a supervised stage's one trained role (``role_name``: one group of
+    ``placement.ray.roles.<role_name>.num_workers`` workers), each worker building it with
+    ``build`` ('module:function', :class:`tether.loops.stage.StageBody`'s) from ``cfg`` and,
+    when resuming, ``checkpoint``."""
+    from tether.placement.ray_placement import RayPlacement
+
+    _refuse_torchrun()
+    return RayPlacement(cfg, checkpoint, pad_id, groups=[(role_name,)], build=build)
 
 
 def make_placement(cfg, checkpoint=None):
@@ -64,4 +80,5 @@ def make_placement(cfg, checkpoint=None):
     return place_roles(cfg, roles), roles.tokenizer, roles.contexts
 
 
-__all__ = ["DataParallelPlacement", "LocalPlacement", "Placement", "RoleProxy", "local_placement", "make_placement", "place_roles", "role"]
+__all__ = ["DataParallelPlacement", "LocalPlacement", "Placement", "RoleProxy", "local_placement", "make_placement",
+           "make_stage_placement", "place_roles", "role"]

@@ -14,6 +14,9 @@ The loop is the one-process loop, run by every rank in step. Behind the same rol
 - ``update`` hands each rank the whole experience: the training engine trains on its slice of
   every micro-batch under DDP or FSDP, and the stats come back summed over ranks.
 
+Which call is which is the role method's own declaration (:mod:`tether.dispatch`: ``@prompts``,
+``@rows``, or every rank with the same arguments); this module keeps no table of role methods.
+
 Calls run one after the other (no update threads): collectives from two threads at once could
 interleave differently on different ranks.
 """
@@ -26,16 +29,13 @@ from typing import Any
 
 from torch import Tensor
 
+from tether.dispatch import PROMPTS, ROWS, dispatch_of
 from tether.distributed.collectives import all_gather_objects
 from tether.distributed.shard import gather_rows, head, shard_rows
 from tether.placement.local import LocalPlacement
 from tether.rollout.base import concat_rollouts
 from tether.runtime import rank, rank_seed
 from tether.types import to_device
-
-#: (role, method) whose first argument is a rollout, split by rows; the result is gathered back.
-ROW_METHODS = {("actor", "logprobs"), ("actor", "values"), ("reference", "logprobs"), ("critic", "values"),
-               ("reward", "score")}
 
 
 def _device_of(value):
@@ -61,9 +61,10 @@ class DataParallelPlacement:
         return self.local.has(role)
 
     def call(self, role: str, method: str, *args, **kwargs) -> Any:
-        if (role, method) == ("rollout", "generate"):
-            return self._generate(*args, **kwargs)
-        if (role, method) in ROW_METHODS:
+        kind = dispatch_of(self.local.roles[role], method) if role in self.local.roles else None
+        if kind == PROMPTS:
+            return self._generate(role, method, *args, **kwargs)
+        if kind == ROWS:
             rollout, rest = args[0], args[1:]
             share, _ = shard_rows(rollout, len(rollout))
             out = self.local.call(role, method, share, *rest, **kwargs)
@@ -82,16 +83,17 @@ class DataParallelPlacement:
     def close(self) -> None:
         self.local.close()
 
-    def _generate(self, prompt_ids: list, prompts: list, params, seed: int | None = None, chunk_size: int | None = None,
-                  on_step=None, **extra):
-        """This rank's share of the prompts sampled, every rank's rollouts joined in rank order."""
+    def _generate(self, role: str, method: str, prompt_ids: list, prompts: list, params, seed: int | None = None,
+                  chunk_size: int | None = None, on_step=None, **extra):
+        """``role.method`` (declared ``@prompts``) on this rank's share of the prompts, every rank's
+        rollouts joined in rank order."""
         n = len(prompt_ids)
         ids, _ = shard_rows(prompt_ids, n)
         texts, _ = shard_rows(prompts, n)
         if seed is not None and rank() > 0:  # a fixed-seed call (evaluation): each rank its own stream
             seed = rank_seed(seed, 0)
         with self.generation_context():
-            part = self.local.call("rollout", "generate", ids, texts, params, seed, chunk_size, on_step, **extra)
+            part = self.local.call(role, method, ids, texts, params, seed, chunk_size, on_step, **extra)
         device = part.prompt_ids.device
         parts = all_gather_objects(to_device(part, "cpu"))
         whole = concat_rollouts(parts, self.pad_id) if len(parts) > 1 else parts[0]

@@ -1,6 +1,6 @@
 """The Ray placement: each role group as Ray actors on a cluster, the loop in this process.
 
-``placement.backend: ray``. The roles are grouped (:func:`tether.roles.build.role_groups`: the
+``placement.backend: ray``. The roles are grouped (:func:`tether.roles.groups.role_groups`: the
 rollout engine lives with the actor, and so do a LoRA actor's reference and a shared-trunk
 critic; ``placement.ray.colocate`` adds groups); each group is ``num_workers`` Ray actors
 (:class:`~tether.placement.ray_worker.RoleWorker`) in a placement group of its own, so a
@@ -11,7 +11,9 @@ Calls are the local placement's: synchronous, or submitted and waited for togeth
 actor's and the critic's updates run at once, on their own workers). Reading calls (sampling,
 log-probs, values, scores) split their batch over the group's workers and gather the results in
 order; other calls (updates, checkpoints, state) go to every worker of the group and return
-the first worker's answer (data-parallel engines agree). Arguments travel once through Ray's
+the first worker's answer (data-parallel engines agree). Which is which is the role method's
+own declaration (:mod:`tether.dispatch`); this driver holds no role objects, so each group's
+first worker reports its roles' declarations when it has built them. Arguments travel once through Ray's
 object store per call, whatever the number of workers.
 """
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tether.dispatch import ALL, PROMPTS, ROWS
 from tether.distributed.shard import concat, head, shard_rows
 from tether.errors import ConfigError, TetherError, TrainingError, one_line
 from tether.rollout.base import concat_rollouts
@@ -29,8 +32,6 @@ from tether.services import RAY_HINT, bound_text, check_ray, ray_env, scoped_env
 from tether.runtime import rank_seed
 
 RAY_VERSION = "2.60.0"
-ROW_METHODS = {("actor", "logprobs"), ("actor", "values"), ("reference", "logprobs"), ("critic", "values"),
-               ("reward", "score")}
 PRIORITY = ("actor", "critic", "reference", "reward")
 
 
@@ -57,7 +58,7 @@ class Group:
     """The workers of one role group and where they run."""
 
     roles: tuple[str, ...]
-    primary: str  # whose placement.ray.<role> resources it uses
+    primary: str  # whose placement.ray.roles.<role> resources it uses
     workers: list = field(default_factory=list)
     nodes: list[dict] = field(default_factory=list)
     placement_group: object = None
@@ -67,7 +68,7 @@ def primary_role(group: tuple[str, ...], colocate) -> str:
     for entry in colocate:
         if entry and entry[0] in group:
             return entry[0]
-    return next(name for name in PRIORITY if name in group)
+    return next((name for name in PRIORITY if name in group), group[0])
 
 
 def bundle(res) -> dict:
@@ -88,23 +89,32 @@ def describe(resources: dict) -> str:
 
 
 class RayPlacement:
-    """The roles of a PPO config on a Ray cluster (see the module)."""
+    """The roles of a stage's config on a Ray cluster (see the module).
 
-    def __init__(self, cfg, checkpoint=None, pad_id: int = 0):
+    ``groups``: the role groups (default: an RL config's, :func:`tether.roles.groups.role_groups`);
+    ``build``: 'module:function' that builds a group's roles in its workers, called as
+    ``build(cfg, checkpoint, needed=group)`` (default: the RL roles' ``build_roles``)."""
+
+    def __init__(self, cfg, checkpoint=None, pad_id: int = 0, groups: list[tuple[str, ...]] | None = None,
+                 build: str = "tether.roles.build:build_roles"):
         # Ray reads its GCS client's connect timeout when it is first imported: bound it before then.
         with scoped_env(ray_env() if cfg.placement.ray.address.strip() else {}):
             self.ray = import_ray()
         from tether.config import to_dict
-        from tether.roles.build import role_groups
+        from tether.roles.groups import role_groups
 
         self.cfg, rcfg = cfg, cfg.placement.ray
         self.pad_id = pad_id
         self.timeout = cfg.distributed.timeout_s
-        groups = [Group(names, primary_role(names, rcfg.colocate)) for names in role_groups(cfg, rcfg.colocate)]
+        names = groups if groups is not None else role_groups(cfg, rcfg.colocate)
+        groups = [Group(group, primary_role(group, rcfg.colocate)) for group in names]
+        # What a worker builds: the stage's config (by class) and its roles builder.
+        self.build = (f"{type(cfg).__module__}:{type(cfg).__qualname__}", build)
         self.started = self._connect(groups)
         self.groups: list[Group] = []
         self.route: dict[str, Group] = {}
         self.contexts: dict = {}
+        self.dispatch: dict[str, dict[str, str]] = {}  # role -> {method: kind}, as its workers declare
         self._puts: dict[int, tuple[object, object]] = {}
         cfg_dict = to_dict(cfg)
         try:
@@ -135,7 +145,7 @@ class RayPlacement:
         cpus = max(cores, int(-(-wanted // 1)))
         if cpus > cores:
             _notice(f"starting a local Ray cluster with {cpus} logical CPUs on {cores} cores: the role groups "
-                   f"reserve {wanted:g} (placement.ray.<role>.num_cpus x num_workers).")
+                   f"reserve {wanted:g} (placement.ray.roles.<role>.num_cpus x num_workers).")
         ray.init(num_cpus=cpus, **quiet)
         return True
 
@@ -154,8 +164,8 @@ class RayPlacement:
                                   f"{type(err).__name__}: {reason}. {RAY_HINT} {bound_text()}") from None
 
     def _resources(self, group: Group):
-        """``placement.ray.<primary role>``: what each of the group's workers reserves."""
-        return getattr(self.cfg.placement.ray, group.primary)
+        """``placement.ray.roles.<primary role>``: what each of the group's workers reserves."""
+        return self.cfg.placement.ray.resources(group.primary)
 
     def _check_cluster(self, groups: list[Group]) -> None:
         """Every group's resources, added up, against the cluster's: what it cannot hold at all is
@@ -166,7 +176,7 @@ class RayPlacement:
             need = {k: v * res.num_workers for k, v in bundle(res).items()}
             lacking = missing_resources({k: taken.get(k, 0.0) + v for k, v in need.items()}, cluster)
             if lacking:
-                key = f"placement.ray.{group.primary}"
+                key = f"placement.ray.roles.{group.primary}"
                 before = f" after the groups before it ({describe(taken)})" if taken else ""
                 raise ConfigError(
                     f"The Ray cluster cannot hold the {'+'.join(group.roles)} group ({key}: {res.num_workers} "
@@ -187,7 +197,7 @@ class RayPlacement:
         rcfg = self.cfg.placement.ray
         res = self._resources(group)
         one = bundle(res)
-        key = f"placement.ray.{group.primary}"
+        key = f"placement.ray.roles.{group.primary}"
         what = f"the {'+'.join(group.roles)} group ({key}: {res.num_workers} worker(s) x {{{describe(one)}}})"
         pg = placement_group([dict(one) for _ in range(res.num_workers)], strategy="PACK")
         group.placement_group = pg
@@ -214,9 +224,10 @@ class RayPlacement:
         group.nodes = self._get(group, "start", [w.node.remote() for w in group.workers])
         master = self._get(group, "start", group.workers[0].address.remote()) if res.num_workers > 1 else None
         checkpoint = str(checkpoint) if checkpoint is not None else None
-        infos = self._get(group, "build", [w.build.remote(cfg_dict, checkpoint, threads, master)
+        infos = self._get(group, "build", [w.build.remote(cfg_dict, checkpoint, threads, master, *self.build)
                                            for w in group.workers])
         self.contexts.update(infos[0]["contexts"])
+        self.dispatch.update(infos[0]["dispatch"])
 
     # -- the placement interface -----------------------------------------------------------------
     def has(self, role: str) -> bool:
@@ -230,9 +241,10 @@ class RayPlacement:
         if group is None:
             raise KeyError(f"no role {role!r} is placed (placed: {sorted(self.route)})")
         n = len(group.workers)
-        if (role, method) == ("rollout", "generate"):
-            return self._generate(group, *args, **kwargs)
-        if (role, method) in ROW_METHODS and n > 1:
+        kind = self.dispatch.get(role, {}).get(method, ALL)
+        if kind == PROMPTS:
+            return self._generate(group, role, method, *args, **kwargs)
+        if kind == ROWS and n > 1:
             rows = len(args[0])
             refs = [w.call.remote(role, method, None, kwargs, shard_rows(args[0], rows, r, n)[0],
                                   *[self._put(a) for a in args[1:]])
@@ -281,9 +293,10 @@ class RayPlacement:
             self.started = False
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _generate(self, group: Group, prompt_ids, prompts, params, seed=None, chunk_size=None, on_step=None,
-                  **extra):
-        """Each worker samples its share of the prompts; the rollouts come back as one, in order.
+    def _generate(self, group: Group, role: str, method: str, prompt_ids, prompts, params, seed=None,
+                  chunk_size=None, on_step=None, **extra):
+        """``role.method`` (declared ``@prompts``): each worker samples its share of the prompts;
+        the rollouts come back as one, in order.
         Without ``seed`` the worker starts from this process's current torch seed (the loop's
         iteration seed): the same draws as a local run. Per-step hooks cannot run in a worker."""
         if on_step is not None:
@@ -298,7 +311,7 @@ class RayPlacement:
             s = base if r == 0 else rank_seed(base, 0, r)
             # No seed: the worker seeds torch with s first; a seed: the engine's own private stream.
             kwargs = {"chunk_size": chunk_size, **extra, **({} if seed is None else {"seed": s})}
-            refs.append(w.call.remote("rollout", "generate", s if seed is None else None, kwargs, ids, texts, params))
+            refs.append(w.call.remote(role, method, s if seed is None else None, kwargs, ids, texts, params))
 
         def finish(parts):
             if len(parts) == 1:
@@ -306,7 +319,7 @@ class RayPlacement:
             whole = concat_rollouts(parts, self.pad_id)
             return head(whole, n)
 
-        return (group, "rollout.generate", refs, finish)
+        return (group, f"{role}.{method}", refs, finish)
 
     def _put(self, value):
         """``value`` in the object store once per call batch (an experience sent to both updates)."""

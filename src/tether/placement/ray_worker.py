@@ -17,8 +17,8 @@ import torch
 
 
 class RoleWorker:
-    """Builds the roles of ``group`` (names among actor, reference, critic, reward) from a PPO
-    config dict and, with ``checkpoint``, a run's checkpoint."""
+    """Builds the roles of ``group`` (names among actor, reference, critic, reward; a supervised
+    stage's trained role) from a stage's config dict and, with ``checkpoint``, a run's checkpoint."""
 
     def __init__(self, group: tuple[str, ...], rank: int, world: int, env: dict[str, str]):
         os.environ.update(env)
@@ -42,17 +42,23 @@ class RoleWorker:
         return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(), "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id()}
 
-    def build(self, cfg_dict: dict, checkpoint: str | None, threads: int, master: tuple[str, int] | None) -> dict:
-        """Join the group's process group (several workers), build the roles; returns what the
-        driver needs: each model's context length and the placed role names."""
+    def build(self, cfg_dict: dict, checkpoint: str | None, threads: int, master: tuple[str, int] | None,
+              config_class: str = "tether.config:PPOConfig", build: str = "tether.roles.build:build_roles") -> dict:
+        """Join the group's process group (several workers), build the roles with ``build``
+        ('module:function', called as ``build(cfg, checkpoint, needed=group)``) from a config of
+        ``config_class``; returns what the driver needs: each model's context length, the placed
+        role names and how each role's methods are dispatched (:func:`tether.dispatch.declarations`:
+        the driver holds no roles)."""
         from pathlib import Path
 
-        from tether.config import PPOConfig, from_dict
+        from tether.config import from_dict
+        from tether.dispatch import declarations
         from tether.distributed.process import DistributedSession
-        from tether.roles.build import build_roles
+        from tether.roles.reward import import_callable
         from tether.runs import seed_everything
 
-        cfg = from_dict(PPOConfig, cfg_dict)
+        cfg = from_dict(import_callable(config_class, "the stage's config class"), cfg_dict)
+        build_roles = import_callable(build, "the stage's roles builder")
         torch.set_num_threads(max(1, threads))
         seed_everything(cfg.run.seed)
         if self.world > 1:
@@ -62,13 +68,14 @@ class RoleWorker:
             self.session.__enter__()
         roles = build_roles(cfg, Path(checkpoint) if checkpoint else None, needed=self.group)
         self.roles = roles.placed()
-        return {"contexts": roles.contexts, "roles": sorted(self.roles)}
+        return {"contexts": roles.contexts, "roles": sorted(self.roles), "dispatch": declarations(self.roles)}
 
     # -- calls ---------------------------------------------------------------------------------
     def call(self, role: str, method: str, seed: int | None, kwargs: dict, *args):
         """``role.method(*args, **kwargs)``; ``seed``: seed torch first (the driver's iteration seed,
         so that sampling draws what a local run draws). Tensors come back on the CPU, generators
         as lists."""
+        from tether.dispatch import PROMPTS, dispatch_of
         from tether.runs import fault_point
         from tether.types import to_device
 
@@ -76,9 +83,9 @@ class RoleWorker:
         if seed is not None:
             torch.manual_seed(seed)
         target = self.roles[role]
-        if role == "rollout" and method == "generate" and "actor" in self.roles:
+        if dispatch_of(target, method) == PROMPTS and "actor" in self.roles:
             with self.roles["actor"].engine.gathered():  # FSDP: whole weights for uneven decode steps
-                out = target.generate(*args, **kwargs)
+                out = getattr(target, method)(*args, **kwargs)
         else:
             out = getattr(target, method)(*args, **kwargs)
         if inspect.isgenerator(out):

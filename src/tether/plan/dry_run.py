@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from tether.plan.memory import (PHASES, SPLIT, Shape, Workload, default_logprob_chunk, human_bytes, per_rank_bytes,
                                 predict_peak, sampling_peak_bytes)
 from tether.plan import meta_models
+from tether.rollout import captured_logprobs, engine_class
 
 
 @dataclass
@@ -217,6 +218,7 @@ def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, 
     if stage == "dpo":
         plan.add("roles", _dpo_reference(cfg, len(train), len(evals)))
     _supervised_batches(plan, cfg, len(train), len(evals))
+    _placement(plan, cfg, [(role,)])
     _memory(plan, {role: size}, {role: cfg.distributed.strategy}, cfg.model.dtype)
     _peak(plan, configs.get(cfg.model.name_or_path), {role: size},
           _supervised_workload(cfg, stage, train, limit.tokens))
@@ -303,11 +305,9 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
         grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.ppo.entropy_coef > 0,
         parallel_roles=bool(getattr(cfg.cpu, "parallel_roles", False)) and settings_device(cfg) == "cpu",
         retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)),
-        captured_logprobs=cfg.rollout.capture_logprobs if cfg.rollout.engine != "vllm"
-        else cfg.rollout.use_engine_logprobs, decode_copy=_decode_copy(cfg)))
-    if cfg.rollout.engine == "vllm":
-        plan.add("memory", f"vLLM: another copy of the actor's weights ({human_bytes(inputs.actor_params * 2)} in "
-                           f"bf16) plus its KV cache (rollout.vllm.gpu_memory_utilization of the device)")
+        captured_logprobs=captured_logprobs(cfg.rollout), decode_copy=_decode_copy(cfg)))
+    for line in engine_class(cfg.rollout.engine).memory_lines(inputs.actor_params, human_bytes):
+        plan.add("memory", line)  # what the generation engine adds (its own copy of the weights, a KV cache)
     return plan
 
 
@@ -331,27 +331,29 @@ def settings_device(cfg) -> str:
     return str(engine_settings(cfg).device).split(":")[0]
 
 
-def _placement(plan: Plan, cfg) -> None:
-    """Where the roles run: this process, or Ray worker groups with what each reserves."""
+def _placement(plan: Plan, cfg, groups: list[tuple[str, ...]] | None = None) -> None:
+    """Where the roles run: this process, or Ray worker groups with what each reserves.
+    ``groups``: a supervised stage's (its one trained role); None: the RL roles' groups."""
     from tether.roles.build import role_groups
 
-    engine = f"rollouts on {cfg.rollout.engine}"
+    engine = f"; rollouts on {cfg.rollout.engine}" if groups is None else ""
     if cfg.placement.backend != "ray":
-        plan.add("placement", f"local: every role in this process{' (each rank)' if _world() > 1 else ''}; {engine}")
+        plan.add("placement", f"local: every role in this process{' (each rank)' if _world() > 1 else ''}{engine}")
         return
     import importlib.util
 
-    from tether.placement.ray_placement import import_ray
+    from tether.placement.ray_placement import import_ray, primary_role
 
     if importlib.util.find_spec("ray") is None:  # the run's error, without importing Ray when it is there
         import_ray()
     ray = cfg.placement.ray
-    plan.add("placement", f"ray: {ray.address or 'a local Ray cluster started on this machine'}; {engine}")
-    for group in role_groups(cfg, ray.colocate):
-        res = getattr(ray, group[0])  # a group takes its first role's resources
+    plan.add("placement", f"ray: {ray.address or 'a local Ray cluster started on this machine'}{engine}")
+    for group in role_groups(cfg, ray.colocate) if groups is None else groups:
+        primary = primary_role(group, ray.colocate)  # whose resources the run reserves for the group
+        res = ray.resources(primary)
         extra = f", {res.resources}" if res.resources else ""
         plan.add("placement", f"  group {' + '.join(group)}: {res.num_workers} worker(s) x "
-                              f"{res.num_cpus:g} CPU, {res.num_gpus:g} GPU{extra}")
+                              f"{res.num_cpus:g} CPU, {res.num_gpus:g} GPU{extra} (placement.ray.roles.{primary})")
 
 
 def dry_run(stage: str, cfg, resume: bool = False) -> Plan:
@@ -359,8 +361,11 @@ def dry_run(stage: str, cfg, resume: bool = False) -> Plan:
     torchrun it joins the process group as the run would, so batch splits and the per-rank memory
     are those of that many ranks."""
     from tether.distributed import init_distributed
+    from tether.stages import stage_spec
 
-    plans = {"sft": plan_sft, "rm": plan_rm, "dpo": plan_dpo}
+    spec = stage_spec(stage, "dry_run")
     with init_distributed(cfg):
-        return plans[stage](cfg, resume) if stage in plans else plan_rl(cfg, stage, resume)
+        if spec.algorithm:
+            return spec.planner()(cfg, stage, resume)
+        return spec.planner()(cfg, resume)
 

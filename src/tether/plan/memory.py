@@ -435,7 +435,9 @@ def bench_roles(shape: Shape, algorithm: str, lora_rank: int | None) -> dict[str
     actor's base with its adapters off and the reward model the critic's (no copies); without a
     critic (grpo) the reward model is its own frozen copy."""
     lm, scalar = shape.causal_lm_params(), shape.scalar_params()
-    critic = algorithm == "ppo"
+    from tether.algorithms.registry import algorithm_spec
+
+    critic = algorithm_spec(algorithm).needs_critic
     if lora_rank is None:
         roles = {"actor": RoleSize(trained=lm), "reference": RoleSize(frozen=lm), "reward": RoleSize(frozen=scalar)}
         if critic:

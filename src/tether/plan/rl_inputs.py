@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from tether.plan import meta_models
 from tether.plan.memory import RoleSize
 from tether.plan.params import shape_of
+from tether.rollout import install_check, run_setup
 
 
 @dataclass
@@ -130,13 +131,11 @@ def rl_inputs(cfg) -> RLInputs:
         roles.sizes["critic"] = meta_models.set_up(critic_model, cfg.critic.lora, cfg.critic.gradient_checkpointing,
                                                    True, "critic.lora")
     sizes, lines, contexts = roles.sizes, roles.lines, roles.contexts
-    if cfg.rollout.engine == "vllm":  # what the run's engine would fail on, checked as the run checks it
-        from tether.rollout.vllm_engine import VLLMOptions, check_engine
-
-        options = VLLMOptions.from_config(cfg)
-        check_engine(policy, options, context=contexts[policy], config=actor_model.config)
-        lines.append(f"rollout    a vLLM engine over {policy} (tensor_parallel_size {options.tensor_parallel_size}): "
-                     "its settings fit the installed vLLM build")
+    # What the run's engine would fail on (its install, its settings), checked as the run checks it.
+    checked = install_check(cfg.rollout.engine, run_setup(cfg, tokenizer, context=contexts[policy], path=policy),
+                            actor_model.config)
+    if checked:
+        lines.append(f"rollout    {checked}")
     cap = prompt_limit(cfg, contexts)
     prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
     evaluator = build_evaluator(cfg, tokenizer, cap)

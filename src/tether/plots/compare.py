@@ -14,8 +14,23 @@ from matplotlib.figure import Figure
 
 from tether.plots.curves import _legend, _num
 
-COLORS = {"ppo": "#1f77b4", "grpo": "#2ca02c", "rloo": "#9467bd", "reinforce_pp": "#8c564b", "dpo": "#d62728"}
-NAMES = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "reinforce_pp": "REINFORCE++", "dpo": "DPO"}
+PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#ff7f0e", "#17becf", "#bcbd22", "#e377c2")
+DPO_COLOR = "#d62728"
+
+
+def method_name(method: str) -> str:
+    """A method's name in prose: the registered algorithm's title, else the method upper-cased (DPO)."""
+    from tether.algorithms.registry import ALGORITHMS
+
+    return ALGORITHMS[method].title if method in ALGORITHMS else method.upper()
+
+
+def method_color(method: str) -> str:
+    """One colour per method, stable across charts: registry order for the RL algorithms."""
+    from tether.algorithms.registry import ALGORITHMS
+
+    names = list(ALGORITHMS)
+    return PALETTE[names.index(method) % len(PALETTE)] if method in names else DPO_COLOR
 
 
 def compare_plot(data: dict, out_png: str | Path) -> Path:
@@ -37,10 +52,10 @@ def compare_plot(data: dict, out_png: str | Path) -> Path:
         for method, report in data.get("methods", {}).items():
             points = [p for p in report.get("trajectory", []) if _num(p.get("kl")) is not None
                       and _num(p.get(key)) is not None]
-            color = COLORS.get(method, None)
+            color = method_color(method)
             if points:
                 ax.plot([p["kl"] for p in points], [p[key] for p in points], marker="o", ms=3.5, lw=1.2,
-                        alpha=0.8, color=color, label=NAMES.get(method, method))
+                        alpha=0.8, color=color, label=method_name(method))
             if _num(report.get("kl")) is not None and _num(report.get(key)) is not None:
                 ax.plot([report["kl"]], [report[key]], marker="*", ms=14, color=color, ls="",
                         markeredgecolor="black", markeredgewidth=0.6)
@@ -63,7 +78,7 @@ def compare_rows(data: dict) -> tuple[list[str], list[list]]:
     rows = [["SFT", sft.get("gold_score"), sft.get("proxy_score"), 0.0, None, sft.get("accuracy"),
              sft.get("spurious_rate"), None, None]]
     for method, r in data.get("methods", {}).items():
-        rows.append([NAMES.get(method, method), r.get("gold_score"), r.get("proxy_score"), r.get("kl"),
+        rows.append([method_name(method), r.get("gold_score"), r.get("proxy_score"), r.get("kl"),
                      r.get("win_rate_gold"), r.get("accuracy"), r.get("spurious_rate"), r.get("time_s"),
                      r.get("peak_rss_mb")])
     for b in data.get("best_of_n", []):
@@ -85,7 +100,7 @@ def compare_table(data: dict) -> str:
             f"{f(sft.get('accuracy'), '{:.3f}')} | {f(sft.get('spurious_rate'), '{:.3f}')} | — | — | — |"]
     for method, r in data.get("methods", {}).items():
         rows.append(
-            f"| {NAMES.get(method, method)} | {f(r.get('gold_score'))} | {f(r.get('proxy_score'))} | "
+            f"| {method_name(method)} | {f(r.get('gold_score'))} | {f(r.get('proxy_score'))} | "
             f"{f(r.get('kl'), '{:.2f}')} | {f(r.get('win_rate_gold'), '{:.3f}')} / {f(r.get('win_rate_proxy'), '{:.3f}')} | "
             f"{f(r.get('accuracy'), '{:.3f}')} | {f(r.get('spurious_rate'), '{:.3f}')} | "
             f"{f(r.get('time_s'), '{:.0f} s')} | {f(r.get('peak_rss_mb'), '{:.0f} MB')} | "

@@ -55,6 +55,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.errors import TetherError
 from tether.plots.curves import _num, best_of_n_plot, frontier_plot, metric_panels, training_curves
 from tether.plots.run_files import locate, read_json, read_jsonl, read_yaml
@@ -201,7 +202,7 @@ def _generic(data: Any) -> str:
 
 # -- content ----------------------------------------------------------------------------------
 def _ppo_rows(rows: list[dict]) -> list[dict]:
-    ppo = [r for r in rows if r.get("stage", "ppo") == "ppo"]
+    ppo = [r for r in rows if r.get("stage", DEFAULT_ALGORITHM) == DEFAULT_ALGORITHM]
     return [r for r in ppo if _num(r.get("step")) is not None and r["step"] >= 1
             and any(k.startswith(("objective/", "ppo/", "response/")) for k in r)]
 
@@ -248,12 +249,12 @@ def _headline(ppo: list[dict], alarms: list[dict], summary: Any, config: dict) -
         if kl_cfg.get("controller") == "adaptive":
             desc += f", target {kl_cfg.get('target', '?')} nats"
         rows.append(["KL controller (config)", None, _Raw(_esc(desc)), "", ""])
-    if isinstance(summary, dict) and isinstance(summary.get("sft"), dict) and isinstance(summary.get("ppo"), dict):
+    if isinstance(summary, dict) and isinstance(summary.get("sft"), dict) and isinstance(summary.get(DEFAULT_ALGORITHM), dict):
         for key, label, note in (("gold_score", "gold score (held-out, judge)", "the score that matters"),
                                  ("proxy_score", "proxy score (held-out, RM)", ""),
                                  ("accuracy", "answer accuracy (held-out)", "")):
-            if summary["sft"].get(key) is not None or summary["ppo"].get(key) is not None:
-                rows.append([label + ": SFT → PPO", summary["sft"].get(key), summary["ppo"].get(key), "", note])
+            if summary["sft"].get(key) is not None or summary[DEFAULT_ALGORITHM].get(key) is not None:
+                rows.append([label + ": SFT → PPO", summary["sft"].get(key), summary[DEFAULT_ALGORITHM].get(key), "", note])
     counts = {lv: sum(1 for a in alarms if a.get("level") == lv) for lv in ("alarm", "warning", "info")}
     text = ", ".join(f"{n} {lv}" for lv, n in counts.items() if n) or "none"
     rows.append(["health alarms raised", None, _Raw(_esc(text) if alarms else '<span class="ok">none</span>'), "", ""])
@@ -277,7 +278,7 @@ def _alarms_section(alarms: list[dict] | None) -> str:
 
 
 def _demo_eval(summary: dict) -> str:
-    cols = [c for c in ("base", "sft", "ppo") if isinstance(summary.get(c), dict)]
+    cols = [c for c in ("base", "sft", DEFAULT_ALGORITHM) if isinstance(summary.get(c), dict)]
     keys: list[str] = []
     for c in cols:
         keys += [k for k, v in summary[c].items() if _is_scalar(v) and k not in keys]
@@ -289,7 +290,7 @@ def _demo_eval(summary: dict) -> str:
                     [[labels.get(k, k), *[summary[c].get(k) for c in cols]] for k in keys]))
     if isinstance(summary.get("rm"), dict):
         out += "<h3>Reward model</h3>" + _generic(summary["rm"])
-    extra = {k: v for k, v in summary.items() if k not in ("base", "sft", "ppo", "rm", "samples", "timing")}
+    extra = {k: v for k, v in summary.items() if k not in ("base", "sft", DEFAULT_ALGORITHM, "rm", "samples", "timing")}
     if extra:
         out += "<h3>Other</h3>" + _generic(extra)
     if isinstance(summary.get("timing"), dict):
@@ -319,7 +320,7 @@ def _samples_section(samples: list[dict] | None, summary: Any) -> str:
             out += _table(["prompt", "response", "score", *extra], rows, text_cols=(0, 1))
         return out
     if isinstance(summary, dict) and isinstance(summary.get("samples"), list) and summary["samples"]:
-        rows = [[s.get("prompt", ""), s.get("sft", ""), s.get("ppo", "")] for s in summary["samples"] if isinstance(s, dict)]
+        rows = [[s.get("prompt", ""), s.get("sft", ""), s.get(DEFAULT_ALGORITHM, "")] for s in summary["samples"] if isinstance(s, dict)]
         return ("<p>Held-out prompts answered by the SFT policy and by the PPO policy (same sampling seed).</p>"
                 + _table(["prompt", "SFT", "PPO"], rows, text_cols=(0, 1, 2)))
     return '<p class="muted">No <code>samples.jsonl</code> and no samples in <code>summary.json</code>.</p>'
@@ -357,7 +358,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     files = locate(run_dir)
     root: Path = files["root"]
     if files["metrics"] is None:
-        raise TetherError(f"'{root}' has no metrics.jsonl (looked in {root} and {root / 'ppo'}): give the run "
+        raise TetherError(f"'{root}' has no metrics.jsonl (looked in {root} and {root / DEFAULT_ALGORITHM}): give the run "
                           "directory of `tether ppo` or the DIR of `tether demo`.")
     all_rows = read_jsonl(files["metrics"])
     ppo = _ppo_rows(all_rows)
@@ -392,7 +393,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
                 files["rm_metrics"] = files["rm_metrics"] or (files["metrics"] if other[0]["stage"] == "rm" else None)
         section("alarms", "Alarms raised", _alarms_section(alarms))
         eval_body = ""
-        if isinstance(summary, dict) and isinstance(summary.get("ppo"), dict) and isinstance(summary.get("sft"), dict):
+        if isinstance(summary, dict) and isinstance(summary.get(DEFAULT_ALGORITHM), dict) and isinstance(summary.get("sft"), dict):
             eval_body += _demo_eval(summary)
         elif summary is not None:
             eval_body += "<h3>summary.json</h3>" + _generic({k: v for k, v in summary.items() if k != "samples"}

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.errors import TetherError
 
 
@@ -55,7 +56,7 @@ def locate(run_dir: str | Path) -> dict[str, Any]:
     if not root.is_dir():
         raise TetherError(f"'{root}' is not a directory: give a run directory (with metrics.jsonl) or a demo "
                           "directory (with ppo/metrics.jsonl).")
-    search = [root, root / "ppo"]
+    search = [root, root / DEFAULT_ALGORITHM]
 
     def first(name: str) -> Path | None:
         for d in search:
@@ -66,7 +67,7 @@ def locate(run_dir: str | Path) -> dict[str, Any]:
     metrics = first("metrics.jsonl")
     found = {
         "root": root,
-        "demo": (root / "ppo").is_dir() and ((root / "sft").is_dir() or (root / "summary.json").is_file()),
+        "demo": (root / DEFAULT_ALGORITHM).is_dir() and ((root / "sft").is_dir() or (root / "summary.json").is_file()),
         "metrics": metrics,
         "config": (metrics.parent / "config.yaml") if metrics and (metrics.parent / "config.yaml").is_file() else None,
     }

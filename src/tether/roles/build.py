@@ -1,6 +1,8 @@
 """The RL roles of a config: models loaded, put on their device with its speedups, wrapped in
 engines, and given to roles. A placement calls this where the roles run (this process, for the
-local placement); the loop never does."""
+local placement); the loop never does. Which roles share a process is :mod:`tether.roles.groups`;
+where each model comes from, :mod:`tether.roles.sources`; how a trained model becomes a training
+engine, :mod:`tether.roles.builder`."""
 
 from __future__ import annotations
 
@@ -16,17 +18,26 @@ from tether.engines import (
     EngineSettings,
     InferenceEngine,
     OptimizerSpec,
-    TrainingEngine,
     engine_settings,
     prepare_models,
 )
-from tether.errors import ModelError
 from tether.models import context_length, last_layer, load_causal_lm, load_scalar_model, load_tokenizer
-from tether.models.lora import trainable, unwrap
+from tether.models.lora import unwrap
+from tether.roles.builder import build_trained
 from tether.roles.critic import Critic, SharedTrunkCritic, ValueHead
+from tether.roles.groups import ROLE_NAMES, role_groups, role_names  # noqa: F401 (re-exported)
 from tether.roles.policy import Actor, PolicyWithValueHead, Reference
-from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource, import_callable
-from tether.rollout import engine_class
+from tether.roles.reward import ModelReward, RewardSource
+from tether.roles.sources import (  # noqa: F401 (re-exported: where each role's model comes from)
+    SHARED_WITH_CRITIC,
+    build_reward,
+    check_reference_tokenizer,
+    critic_source,
+    shares_reward_base,
+)
+from tether.roles.sources import reward_members as _reward_members
+from tether.roles.sources import same_vocab as _same_vocab
+from tether.rollout import captured_logprobs, make_engine
 
 log = logging.getLogger(__name__)
 
@@ -51,93 +62,6 @@ class Roles:
         named = {"actor": self.actor, "reference": self.reference, "reward": self.reward, "rollout": self.rollout,
                  "critic": self.critic}
         return {name: role for name, role in named.items() if role is not None}
-
-
-ROLE_NAMES = ("actor", "reference", "critic", "reward")
-
-
-def role_names(cfg: PPOConfig) -> tuple[str, ...]:
-    """The roles ``cfg``'s algorithm runs: all four, or no critic (grpo, rloo, reinforce_pp)."""
-    return ROLE_NAMES if cfg.needs_critic else tuple(n for n in ROLE_NAMES if n != "critic")
-
-
-def role_groups(cfg: PPOConfig, colocate: list[list[str]] = ()) -> list[tuple[str, ...]]:
-    """The roles that must share a process, plus ``colocate``'s groups: the rollout engine samples
-    from the actor's weights; a LoRA actor's base is the reference; a shared-trunk critic is a head
-    on the actor; a LoRA critic's base is the reward model. Returns the groups (roles in
-    :data:`ROLE_NAMES` order), the actor's group first."""
-    names = role_names(cfg)
-    parent = {name: name for name in names}
-
-    def find(x):
-        while parent[x] != x:
-            x = parent[x]
-        return x
-
-    def join(a, b):
-        parent[find(a)] = find(b)
-
-    if cfg.lora.enabled and not cfg.reference:
-        join("reference", "actor")
-    if cfg.critic.shared_trunk and "critic" in names:
-        join("critic", "actor")
-    if shares_reward_base(cfg) and "critic" in names:
-        join("reward", "critic")
-    for group in colocate:
-        group = [name for name in group if name in names]
-        for name in group[1:]:
-            join(name, group[0])
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        groups.setdefault(find(name), []).append(name)
-    return sorted((tuple(g) for g in groups.values()), key=lambda g: ("actor" not in g, g))
-
-
-def _same_vocab(tok_a, tok_b, name: str) -> None:
-    if tok_a.get_vocab() != tok_b.get_vocab():
-        raise ModelError(
-            f"The {name} uses a different tokenizer from the policy; tether scores token ids "
-            "directly, so the reference, the reward model and the critic must share the policy's tokenizer."
-        )
-
-
-def check_reference_tokenizer(cfg, tokenizer) -> None:
-    """A separate ``reference`` (PPO's, DPO's) must read token ids as the policy does: its log-probs
-    are taken of the policy's tokens, so a reference with another vocabulary would score other text."""
-    if cfg.reference and cfg.reference not in (cfg.model.name_or_path, cfg.model.tokenizer):
-        _same_vocab(tokenizer, load_tokenizer(cfg.reference, key="reference"), f"reference '{cfg.reference}'")
-
-
-def critic_source(cfg: PPOConfig) -> tuple[str, str]:
-    """The checkpoint a separate critic starts from and the config key that names it:
-    critic.path; else, with critic.init=reward, the first reward model (its head already predicts
-    the final score: Ouyang et al. 2022, sec. 3.5); else the policy (a fresh value head)."""
-    if cfg.critic.path:
-        return cfg.critic.path, "critic.path"
-    if cfg.critic.init == "reward":
-        return cfg.reward.models[0], "reward.models"
-    return cfg.model.name_or_path, "model.name_or_path"
-
-
-def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardSource:
-    """A reward model, an ensemble of them, a python callable, or a reward server (``reward.url``)."""
-    rcfg = cfg.reward
-    if rcfg.callable:
-        return CallableReward(import_callable(rcfg.callable, "reward.callable"), rcfg.callable)
-    if rcfg.url:
-        from tether.roles.remote_reward import RemoteReward
-
-        remote = RemoteReward(rcfg.url, rcfg.api_key)
-        remote.check()
-        return remote
-    members = []
-    for path in rcfg.models:
-        _same_vocab(tokenizer, load_tokenizer(path, key="reward.models"), f"reward model '{path}'")
-        model = load_scalar_model(path, tokenizer, cfg.model.dtype, key="reward.models")
-        members.append(ModelReward(InferenceEngine(model, settings.device, settings.precision), path))
-    if len(members) == 1:
-        return members[0]
-    return EnsembleReward(members, rcfg.combine, rcfg.std_coef)
 
 
 def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAMES) -> Roles:
@@ -186,44 +110,14 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAME
     return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer, settings, adapters, needed)
 
 
-SHARED_WITH_CRITIC = "the critic's base"  # make_roles' reward: the LoRA critic's base, adapters off
-
-
-def shares_reward_base(cfg: PPOConfig) -> bool:
-    """The reward model is the LoRA critic's base with the adapters off: the critic starts from the
-    one reward model (critic.init=reward, no critic.path) and trains adapters."""
-    return (cfg.needs_critic and cfg.critic.lora.enabled and cfg.critic.init == "reward" and not cfg.critic.path
-            and len(cfg.reward.models) == 1 and not cfg.critic.shared_trunk)
-
-
-def _reward_members(reward) -> list[ModelReward]:
-    if isinstance(reward, ModelReward):
-        return [reward]
-    if isinstance(reward, EnsembleReward):
-        return [m for member in reward.members for m in _reward_members(member)]
-    return []
-
-
 def optimizer_specs(cfg: PPOConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
-    """The actor's and the critic's AdamW and schedule (constant after a linear warm-up)."""
+    """The actor's and the critic's AdamW and schedule, from their ``optim`` blocks, over the
+    run's optimiser steps (a shared-trunk value head: the critic's learning rate in the actor's)."""
     p = cfg.ppo
     total = p.iterations * p.epochs * (cfg.episodes // p.minibatch_size)
-    common = dict(weight_decay=p.weight_decay, fused=p.fused_optimizer, schedule="constant",
-                  warmup_steps=p.warmup_steps, total_steps=total, min_lr_ratio=1.0, max_grad_norm=p.max_grad_norm)
-    groups = (("value_head", cfg.critic.lr),) if cfg.critic.shared_trunk else ()
-    return OptimizerSpec(lr=p.actor_lr, groups=groups, **common), OptimizerSpec(lr=cfg.critic.lr, **common)
-
-
-def vllm_engine(cfg: PPOConfig, tokenizer, actor, context: int | None):
-    """A vLLM engine over the policy's initial checkpoint, its weights then pulled from ``actor``
-    (merged, under LoRA) before the first rollout and after every update. The actor recomputes
-    the rollout log-probs unless ``rollout.use_engine_logprobs`` (then the engine returns them)."""
-    from tether.rollout.vllm_engine import VLLMGenerationEngine, VLLMOptions
-
-    engine = VLLMGenerationEngine(cfg.model.name_or_path, tokenizer, VLLMOptions.from_config(cfg),
-                                  capture=cfg.rollout.use_engine_logprobs, context=context)
-    engine.weights_source = actor.sync_weights
-    return engine
+    groups = (("value_head", cfg.critic.optim.lr),) if cfg.critic.shared_trunk else ()
+    return (OptimizerSpec.from_block(cfg.optim, total, p.fused_optimizer, groups),
+            OptimizerSpec.from_block(cfg.critic.optim, total, p.fused_optimizer))
 
 
 def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, reward, tokenizer,
@@ -256,30 +150,27 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
             last_layer.run_in_full(model)
     prepared = prepare_models(trunks, settings)
     actor_spec, critic_spec = optimizer_specs(cfg)
-    engine = dict(device=settings.device, precision=settings.precision, on_nonfinite=settings.on_nonfinite,
-                  compile=settings.compile)
     actor = reference = critic = rollout = None
     contexts = {}
     if has_actor:
-        actor_model = trainable(actor_model, cfg.lora, adapters.get("actor"), cfg.gradient_checkpointing, False, "lora")
-        trained = PolicyWithValueHead(actor_model, critic_model) if shared else actor_model
-        actor_engine = TrainingEngine(trained, actor_spec, strategy=cfg.distributed.strategy, **engine)
-        captured = cfg.rollout.use_engine_logprobs if cfg.rollout.engine == "vllm" else cfg.rollout.capture_logprobs
+        actor_engine = build_trained(actor_model, actor_spec, settings, lora=cfg.lora, adapter=adapters.get("actor"),
+                                     checkpointing=cfg.gradient_checkpointing, strategy=cfg.distributed.strategy,
+                                     prepared=True,
+                                     wrap=(lambda lm: PolicyWithValueHead(lm, critic_model)) if shared else None)
+        actor_model = actor_engine.model.policy if shared else actor_engine.model  # the peft model under LoRA
+        captured = captured_logprobs(cfg.rollout)  # the engine's own switch (capture_logprobs or use_engine_logprobs)
         actor = Actor(actor_engine, cfg.rollout.temperature, use_captured=captured)
         critic = SharedTrunkCritic(actor) if shared else None
         contexts[cfg.model.name_or_path] = context_length(unwrap(actor_model))
-        if cfg.rollout.engine == "vllm":
-            rollout = vllm_engine(cfg, tokenizer, actor, contexts[cfg.model.name_or_path])
-        else:
-            rollout = engine_class(cfg.rollout.engine)(unwrap(actor_model), tokenizer,
-                                                      autocast=settings.precision.autocast,
-                                                      capture=cfg.rollout.capture_logprobs,
-                                                      decode_context=prepared.decode_context)
+        # The generation engine over the actor (one that holds its own weights syncs from it).
+        rollout = make_engine(cfg, tokenizer, unwrap(actor_model), actor, contexts[cfg.model.name_or_path],
+                              settings, prepared)
     if has_critic:
-        critic_model = trainable(critic_model, cfg.critic.lora, adapters.get("critic"),
-                                 cfg.critic.gradient_checkpointing, True, "critic.lora")
-        critic = Critic(TrainingEngine(critic_model, critic_spec,
-                                       strategy=cfg.critic.strategy or cfg.distributed.strategy, **engine))
+        critic = Critic(build_trained(critic_model, critic_spec, settings, lora=cfg.critic.lora,
+                                      adapter=adapters.get("critic"), checkpointing=cfg.critic.gradient_checkpointing,
+                                      scalar=True, key="critic.lora", prepared=True,
+                                      strategy=cfg.critic.strategy or cfg.distributed.strategy))
+        critic_model = critic.engine.model  # the peft model under LoRA: its base is a shared reward model
         contexts[cfg.critic.path or "the critic"] = context_length(unwrap(critic_model))
     if reward == SHARED_WITH_CRITIC:
         name = cfg.reward.models[0] if cfg.reward.models else "reward model"

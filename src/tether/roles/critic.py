@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from tether.dispatch import rows
 from tether.errors import ModelError
 from tether.models.forward import response_values, scalar_head
 from tether.roles.policy import minibatch_steps
@@ -32,6 +33,7 @@ class Critic(TrainedRole):
                                  self.engine.autocast, compile)
         return values * rollout.response_mask
 
+    @rows
     def values(self, rollout: Rollout) -> Tensor:
         """(B, A) values, 0 on padding; no gradient."""
         return self.engine.infer(self._values, rollout)
@@ -123,6 +125,7 @@ class SharedTrunkCritic:
     def head(self) -> ValueHead:
         return self.actor.engine.model.value_head
 
+    @rows
     def values(self, rollout: Rollout) -> Tensor:
         return self.actor.values(rollout)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from tether.dispatch import rows
 from tether.models.forward import logprobs_from_hidden, response_hidden
 from tether.models.lora import unwrap
 from tether.roles.trained import TrainedRole
@@ -105,6 +106,7 @@ class Reference:
         self.engine = engine
         self.temperature = temperature
 
+    @rows
     def logprobs(self, rollout: Rollout, with_entropy: bool = False, use_captured: bool = False):
         """(B, A) log pi(a_t | s_t) at the sampling temperature, and (B, A) entropies or None."""
         e = self.engine
@@ -124,6 +126,7 @@ class Actor(Reference, TrainedRole):
         self.use_captured = use_captured
         self.shared_trunk = isinstance(engine.model, PolicyWithValueHead)
 
+    @rows
     def logprobs(self, rollout: Rollout, with_entropy: bool = False, use_captured: bool = True):
         """(B, A) log pi_old at the sampling temperature and (B, A) entropies or None; no gradient.
         Entropies are None when not asked for, or when the captured log-probs come without them."""
@@ -135,6 +138,7 @@ class Actor(Reference, TrainedRole):
         out = e.infer(lambda m, ro: policy_forward(m, ro, self.temperature, with_entropy, e.autocast, False), rollout)
         return out.logprobs, out.entropy
 
+    @rows
     def values(self, rollout: Rollout) -> Tensor:
         """(B, A) values of the shared-trunk value head (no gradient)."""
         e = self.engine

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from tether import services
+from tether.dispatch import rows
 from tether.errors import ModelError, one_line
 from tether.types import Rollout
 
@@ -87,6 +88,7 @@ class RemoteReward:
                     raise
                 time.sleep(pause)
 
+    @rows
     def score(self, rollout: Rollout) -> Tensor:
         pairs = [
             {"prompt": p, "response": r, "ended": bool(e)}

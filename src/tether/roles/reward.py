@@ -9,6 +9,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from tether.dispatch import rows
 from tether.errors import ConfigError, ModelError
 from tether.models import score_offset
 from tether.models.forward import last_token_scores
@@ -16,6 +17,7 @@ from tether.types import Rollout
 
 
 class RewardSource(Protocol):
+    @rows
     def score(self, rollout: Rollout) -> Tensor:
         """(B,) one score per episode, read after the whole response."""
 
@@ -43,6 +45,7 @@ class ModelReward:
     def model(self):
         return self.engine.model
 
+    @rows
     def score(self, rollout: Rollout) -> Tensor:
         e = self.engine
         raw = e.infer(lambda m, ro: last_token_scores(m, ro.sequences, ro.attention_mask, e.autocast), rollout)
@@ -56,6 +59,7 @@ class CallableReward:
         self.fn = fn
         self.name = name
 
+    @rows
     def score(self, rollout: Rollout) -> Tensor:
         values = self.fn(rollout.prompts, rollout.responses)
         scores = torch.as_tensor(list(values), dtype=torch.float32)
@@ -87,6 +91,7 @@ class EnsembleReward:
         self.combine = combine
         self.std_coef = std_coef
 
+    @rows
     def score(self, rollout: Rollout) -> Tensor:
         stacked = torch.stack([m.score(rollout) for m in self.members])
         return combine_scores(stacked, self.combine, self.std_coef)

@@ -1,27 +1,38 @@
 """Generation engines behind one protocol (:class:`GenerationEngine`), chosen by name
-(``rollout.engine``) from :data:`ENGINES` and imported only when used (vLLM is a heavy extra)."""
+(``rollout.engine``) from the registry (:mod:`tether.rollout.registry`) and built through it
+(:func:`make_engine`, :func:`build_engine`). Importing this package imports no torch: the
+engines' modules load when used (vLLM is a heavy extra)."""
 
 from __future__ import annotations
 
 import importlib
 
-from tether.rollout.base import GenerationEngine, SamplingParams
-from tether.rollout.hf import HFGenerationEngine, truncate_after_eos
-from tether.rollout.lean import LeanGenerationEngine
+from tether.rollout.registry import (
+    DEFAULT_ENGINE,
+    ENGINES,
+    EngineSpec,
+    captured_logprobs,
+    engine_class,
+    engine_names,
+    engine_settings_block,
+    engine_spec,
+    register_engine,
+)
+from tether.rollout.setup import EngineSetup, build_engine, check_frozen, install_check, make_engine, run_setup
 
-#: ``rollout.engine`` name -> "module:class".
-ENGINES = {
-    "lean": "tether.rollout.lean:LeanGenerationEngine",
-    "hf": "tether.rollout.hf:HFGenerationEngine",
-    "vllm": "tether.rollout.vllm_engine:VLLMGenerationEngine",  # its own copy of the weights: see make_roles
-}
+#: Names imported from the engines' modules when first used (they import torch).
+_LAZY = {"GenerationEngine": "tether.rollout.base", "SamplingParams": "tether.rollout.base",
+         "HFGenerationEngine": "tether.rollout.hf", "truncate_after_eos": "tether.rollout.base",
+         "LeanGenerationEngine": "tether.rollout.lean"}
 
 
-def engine_class(name: str):
-    """The generation-engine class registered as ``name``."""
-    module, attr = ENGINES[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tether.rollout' has no attribute {name!r}")
 
 
-__all__ = ["ENGINES", "GenerationEngine", "HFGenerationEngine", "LeanGenerationEngine", "SamplingParams",
-           "engine_class", "truncate_after_eos"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "EngineSetup", "EngineSpec", "GenerationEngine", "HFGenerationEngine",
+           "LeanGenerationEngine", "SamplingParams", "build_engine", "captured_logprobs", "check_frozen", "engine_class",
+           "engine_names", "engine_settings_block", "engine_spec", "install_check", "make_engine", "register_engine", "run_setup",
+           "truncate_after_eos"]

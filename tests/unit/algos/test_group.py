@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from tether.algos.group import (
     asymmetric_clipped_surrogate,
     group_advantages,
     grouped,
+    importance_ratio,
     reinforce_pp_advantages,
     rloo_advantages,
     sequence_kl_penalty,
@@ -98,3 +101,43 @@ def test_asymmetric_clip():
     # r=.5,A=-1: min(-.5, -.8) = -.8
     out = asymmetric_clipped_surrogate(ratio, adv, clip_low=0.2, clip_high=0.28)
     assert torch.allclose(out, torch.tensor([0.5, 1.28, -1.5, -0.8]))
+
+
+# Two responses of 3 and 1 tokens; padding holds NaN, which must never be read.
+NAN = float("nan")
+RATIO_MASK = torch.tensor([[1, 1, 1], [1, 0, 0]])
+RATIO_LOGP = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, NAN, NAN]])
+RATIO_OLD = torch.tensor([[-1.5, -1.0, -3.0], [-1.0, NAN, 0.0]])
+
+
+def test_token_ratio_is_one_ratio_per_token():
+    # log r = [0.5, -1, 0] and [0.5]; padding gets ratio 1.
+    expected = torch.tensor([[math.exp(0.5), math.exp(-1.0), 1.0], [math.exp(0.5), 1.0, 1.0]])
+    assert torch.allclose(importance_ratio(RATIO_LOGP, RATIO_OLD, RATIO_MASK, "token"), expected)
+
+
+def test_sequence_ratio_is_the_geometric_mean_at_every_token():
+    # GSPO: exp(mean log r) = exp(-0.5 / 3) for the first response, exp(0.5) for the second.
+    s0, s1 = math.exp(-0.5 / 3), math.exp(0.5)
+    expected = torch.tensor([[s0, s0, s0], [s1, 1.0, 1.0]])
+    assert torch.allclose(importance_ratio(RATIO_LOGP, RATIO_OLD, RATIO_MASK, "sequence"), expected)
+
+
+def test_sequence_product_ratio_is_the_whole_likelihood_ratio():
+    # TRL's RLOO: exp(sum log r) = pi(y) / pi_old(y) = exp(-0.5) and exp(0.5).
+    s0, s1 = math.exp(-0.5), math.exp(0.5)
+    expected = torch.tensor([[s0, s0, s0], [s1, 1.0, 1.0]])
+    assert torch.allclose(importance_ratio(RATIO_LOGP, RATIO_OLD, RATIO_MASK, "sequence_product"), expected)
+
+
+def test_sequence_ratio_gradient_is_spread_over_the_response():
+    # d/d logp_t of sum_t s = |y| * s * (1 / |y|) = s at each token; nothing reaches padding.
+    logp = RATIO_LOGP.clone().requires_grad_(True)
+    importance_ratio(logp, RATIO_OLD, RATIO_MASK, "sequence").sum().backward()
+    s0, s1 = math.exp(-0.5 / 3), math.exp(0.5)
+    assert torch.allclose(logp.grad, torch.tensor([[s0, s0, s0], [s1, 0.0, 0.0]]))
+
+
+def test_unknown_ratio_level():
+    with pytest.raises(ValueError, match="ratio level"):
+        importance_ratio(RATIO_LOGP, RATIO_OLD, RATIO_MASK, "response")

@@ -1,4 +1,5 @@
-"""FLOP accounting checked by hand on a toy model, and against the sizes in issue 6."""
+"""FLOP accounting checked by hand on a toy model, and against the bench sizes' parameter counts
+(docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_flops_add_over_episodes():
         iteration_flops(TOY, TOY, [3], [2, 2], 2)
 
 
-def test_issue_sizes_match_the_stated_parameter_counts():
+def test_bench_sizes_match_the_stated_parameter_counts():
     assert SIZES["tiny"].total_params == pytest.approx(1.05e6, rel=0.01)
     assert SIZES["small"].total_params == pytest.approx(9.4e6, rel=0.01)
     assert SIZES["medium"].total_params == pytest.approx(21e6, rel=0.01)

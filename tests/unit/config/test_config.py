@@ -354,7 +354,7 @@ def test_ratio_tolerance_is_raised_to_bf16_rounding_level_only_under_autocast():
 
 
 def test_rebase_paths_makes_existing_relative_inputs_absolute(tmp_path):
-    """--resume from another directory: relative inputs are found where the run started (issue 19)."""
+    """--resume from another directory: relative inputs are found where the run started."""
     from tether.config import rebase_paths
 
     (tmp_path / "task").mkdir()
@@ -373,7 +373,7 @@ def test_rebase_paths_makes_existing_relative_inputs_absolute(tmp_path):
 
 
 def test_moved_keys_keep_working_with_a_notice(caplog):
-    """Keys that moved in issue 20 (CPU speedups into cpu:, bf16 into run.precision) still work."""
+    """Keys that moved (CPU speedups into cpu:, bf16 into run.precision) still work."""
     base = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]
     with caplog.at_level("WARNING", logger="tether.config"):
         cfg = load_config(PPOConfig, None, [*base, "ppo.autocast=bf16", "ppo.linear_backend=aten",
@@ -390,6 +390,41 @@ def test_moved_keys_keep_working_with_a_notice(caplog):
         load_config(PPOConfig, None, [*base, "ppo.linear_backend=aten", "cpu.linear_backend=onednn"])
     sft = load_config(SFTConfig, None, ["model.name_or_path=m", "data.train=t.jsonl", "run.retain_memory=false"])
     assert sft.cpu.retain_memory is False
+
+
+def test_moved_rl_optimiser_keys_keep_working_with_a_notice(caplog):
+    """The actor's and the critic's optimiser settings moved into optimiser blocks (optim:, critic.optim:):
+    the old keys set the same values, a ppo.* key that set both models sets both (the actor's only
+    under an algorithm without a critic, whose critic.* keys would be refused)."""
+    with caplog.at_level("WARNING", logger="tether.config"):
+        cfg = ppo("ppo.actor_lr=2e-5", "critic.lr=3e-5", "ppo.warmup_steps=7", "ppo.max_grad_norm=0.5",
+                  "ppo.weight_decay=0.1")
+    assert cfg.optim.lr == 2e-5 and cfg.critic.optim.lr == 3e-5
+    assert cfg.optim.warmup_steps == 7 and cfg.critic.optim.warmup_steps == 7
+    assert cfg.optim.max_grad_norm == 0.5 and cfg.critic.optim.max_grad_norm == 0.5
+    assert cfg.optim.weight_decay == 0.1 and cfg.critic.optim.weight_decay == 0.1
+    assert "'ppo.actor_lr' is now 'optim.lr'" in caplog.text
+    assert "'ppo.warmup_steps' is now 'optim.warmup_steps' and 'critic.optim.warmup_steps'" in caplog.text
+    grpo = ppo("algorithm=grpo", "ppo.warmup_steps=7")
+    assert grpo.optim.warmup_steps == 7 and grpo.critic.optim.warmup_steps == ppo().critic.optim.warmup_steps
+
+
+def test_moved_rl_optimiser_keys_under_a_shared_trunk_set_the_actors_only():
+    """A shared-trunk critic is stepped by the actor's optimiser (its critic.optim.* keys but lr are
+    refused): ppo.max_grad_norm=null, which set both models', sets the actor's only."""
+    cfg = ppo("critic.shared_trunk=true", "ppo.max_grad_norm=null", "ppo.warmup_steps=3")
+    assert cfg.optim.max_grad_norm is None and cfg.optim.warmup_steps == 3
+    assert cfg.critic.optim.max_grad_norm == ppo().critic.optim.max_grad_norm
+
+
+def test_moved_ray_role_keys_keep_working_with_a_notice(caplog):
+    """A role's Ray resources moved under placement.ray.roles: placement.ray.actor.num_workers=2
+    still sets placement.ray.roles.actor.num_workers."""
+    with caplog.at_level("WARNING", logger="tether.config"):
+        cfg = ppo("placement.backend=ray", "placement.ray.actor.num_workers=2")
+    assert cfg.placement.ray.roles == {"actor": {"num_workers": 2}}
+    assert cfg.placement.ray.resources("actor").num_workers == 2
+    assert "'placement.ray.actor.num_workers' is now 'placement.ray.roles.actor.num_workers'" in caplog.text
 
 
 def test_device_and_precision_are_validated():
@@ -425,8 +460,8 @@ INERT = [
     (ppo, ["algorithm=grpo", "critic.lora.r=4"], ["'critic.lora.r' = 4", "algorithm=grpo", "trains no critic"]),
     (ppo, ["algorithm=rloo", "critic.path=c"], ["'critic.path'", "trains no critic"]),
     (ppo, ["algorithm=reinforce_pp", "ppo.whiten_advantages=false"], ["'ppo.whiten_advantages'", "trains no critic"]),
-    (ppo, ["algorithm=grpo", "placement.backend=ray", "placement.ray.critic.num_cpus=2"],
-     ["'placement.ray.critic.num_cpus'", "trains no critic"]),
+    (ppo, ["algorithm=grpo", "placement.backend=ray", "placement.ray.roles.critic.num_cpus=2"],
+     ["'placement.ray.roles.critic.num_cpus'", "trains no critic"]),
     (ppo, ["algorithm=rloo", "health.value_loss_explode_factor=5"], ["'health.value_loss_explode_factor'"]),
     (ppo, ["algorithm=rloo", "group.scale_by_std=false"], ["'group.scale_by_std'", "algorithm=rloo"]),
     (ppo, ["algorithm=grpo", "ppo.gamma=0.99"], ["'ppo.gamma'", "algorithm=grpo"]),
@@ -491,16 +526,18 @@ def test_a_tracker_named_twice_and_nccl_on_a_cpu_are_refused():
     assert ppo("distributed.backend=nccl", "run.device=cuda").distributed.backend == "nccl"
 
 
-def test_needs_critic_is_the_algorithms_own_answer():
-    import importlib
-
+def test_needs_critic_is_the_algorithms_registry_entry():
     from tether.algorithms import ALGORITHMS
 
-    for name, where in ALGORITHMS.items():
-        module, attr = where.split(":")
-        overrides = [f"algorithm={name}"] + (["group.size=2"] if name in ("grpo", "rloo") else [])
-        assert ppo(*overrides, "ppo.minibatch_size=2", "rollout.batch_size=2").needs_critic is \
-            getattr(importlib.import_module(module), attr).needs_critic
+    for name, spec in ALGORITHMS.items():
+        overrides = [f"algorithm={name}", f"group.size={max(2, spec.min_group_size)}"]
+        assert ppo(*overrides, "ppo.minibatch_size=2", "rollout.batch_size=2").needs_critic is spec.needs_critic
+
+
+def test_an_unregistered_algorithm_names_the_registered_ones():
+    with pytest.raises(ConfigError) as err:
+        ppo("algorithm=nope")
+    assert "'algorithm' = 'nope'" in str(err.value) and "grpo" in str(err.value)
 
 
 def test_paths_may_be_path_objects(tmp_path):

@@ -1,5 +1,5 @@
 """The training engine: one optimiser step from micro-batches and a loss function, exactly what
-a plain loop computes; the device API; fp16's scaler; state round trips (issue 20)."""
+a plain loop computes; the device API; fp16's scaler; state round trips."""
 
 from __future__ import annotations
 

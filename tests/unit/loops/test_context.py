@@ -1,4 +1,5 @@
-"""Length limits fitted to the models' context (issue 19, class 2), on hand-worked numbers."""
+"""Length limits fitted to the models' context (docs/reliability.md, first new-user trial, class 2),
+on hand-worked numbers."""
 
 from __future__ import annotations
 

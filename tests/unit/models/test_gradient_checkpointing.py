@@ -1,4 +1,4 @@
-"""Gradient checkpointing changes memory, not maths (issue 21): the same loss and gradients
+"""Gradient checkpointing changes memory, not maths (docs/performance.md, memory): the same loss and gradients
 with and without it, for a full model and a LoRA one, through tether's own forward passes."""
 
 from __future__ import annotations

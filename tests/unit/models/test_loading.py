@@ -259,7 +259,7 @@ def test_scalar_outputs_last_real_position_is_last_token_score(scalar):
 
 
 def test_saved_reward_model_scores_same_with_plain_transformers(scalar, tok, tmp_path):
-    """Issue acceptance: a saved reward model loaded with plain transformers gives the same scores."""
+    """A saved reward model loaded with plain transformers gives the same scores."""
     scalar.config.score_offset = 0.25
     scalar.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)

@@ -1,6 +1,6 @@
-"""Names that cannot be found fail at once when the hub cannot be reached (issue 19, class 6):
-a mistyped relative path used to be tried as a hub id, with ~45 lines of retry warnings and
-~50 s before the clean error."""
+"""Names that cannot be found fail at once when the hub cannot be reached (docs/reliability.md,
+first new-user trial, class 6): a mistyped relative path used to be tried as a hub id, with ~45
+lines of retry warnings and ~50 s before the clean error."""
 
 from __future__ import annotations
 

@@ -42,9 +42,9 @@ def test_colocate_joins_groups_and_its_first_role_gives_the_resources():
 
 
 def test_bundle_and_missing_resources():
-    c = cfg("placement.ray.critic.num_gpus=0.5", "placement.ray.critic.resources={node_b: 1}")
-    assert bundle(c.placement.ray.critic) == {"CPU": 1.0, "GPU": 0.5, "node_b": 1.0}
-    assert bundle(c.placement.ray.actor) == {"CPU": 1.0}
+    c = cfg("placement.ray.roles.critic.num_gpus=0.5", "placement.ray.roles.critic.resources={node_b: 1}")
+    assert bundle(c.placement.ray.resources("critic")) == {"CPU": 1.0, "GPU": 0.5, "node_b": 1.0}
+    assert bundle(c.placement.ray.resources("actor")) == {"CPU": 1.0}
     cluster = {"CPU": 2.0, "memory": 1e9}
     assert missing_resources({"CPU": 2.0, "GPU": 0.5, "node_b": 1.0}, cluster) == {"GPU": (0.5, 0.0),
                                                                                    "node_b": (1.0, 0.0)}
@@ -56,8 +56,8 @@ def test_bundle_and_missing_resources():
 def test_config_names_bad_colocate_and_resources():
     with pytest.raises(ConfigError, match=r"placement.ray.colocate\[0\]' names 'policy'"):
         cfg("placement.ray.colocate=[[policy, critic]]")
-    with pytest.raises(ConfigError, match="placement.ray.reward.resources"):
-        cfg("placement.ray.reward.resources={node_b: -1}")
+    with pytest.raises(ConfigError, match="placement.ray.roles.reward.resources"):
+        cfg("placement.ray.roles.reward.resources={node_b: -1}")
 
 
 def test_ray_not_installed_is_one_paragraph(monkeypatch):

@@ -93,7 +93,8 @@ def test_config_takes_exactly_one_reward_source():
 
 
 def test_check_before_the_run_names_what_is_wrong():
-    """reward.url is checked (GET /health) before a run directory exists (issue 19, class 5)."""
+    """reward.url is checked (GET /health) before a run directory exists
+    (docs/reliability.md, first new-user trial, class 5)."""
     def healthy(request):
         assert request.url.path == "/health"
         return httpx2.Response(200, json={"status": "ok", "reward_model": "rm"})

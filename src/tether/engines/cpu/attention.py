@@ -1,5 +1,5 @@
 """fp32 attention under CPU bf16 autocast: bf16 SDPA's backward runs 2-3x slower than fp32 SDPA
-on CPU at these sizes, and fp32 keeps the softmax exact (docs/performance.md, session 3). On
+on CPU at these sizes, and fp32 keeps the softmax exact (docs/performance.md, "bf16 autocast"). On
 CUDA the model's own attention (SDPA / flash) is kept."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The fastest fp32 matmul library depends on the CPU: oneDNN beat MKL by 5-30 % at the PPO
 shapes on an AMD EPYC Zen 4, MKL matched or beat oneDNN on an Intel Xeon with AMX
-(docs/performance.md, sessions 5-8). ``cpu.linear_backend=auto`` picks by :func:`cpu_vendor`.
+(docs/performance.md, "cpu.linear_backend"). ``cpu.linear_backend=auto`` picks by :func:`cpu_vendor`.
 Bench results, likewise, only compare within one machine type, so every report names the CPU
 model and the matmul features that decide which kernels run (AMX and AVX512-BF16 for bf16,
 AVX-512 for fp32), read from ``/proc/cpuinfo`` on Linux.

@@ -55,8 +55,8 @@ def onednn_available() -> bool:
 
 
 #: ``cpu.linear_backend=auto`` by CPU vendor and ``run.precision``, from in-process A/Bs of whole
-#: PPO iterations (docs/performance.md). AMD EPYC Zen 4 (sessions 5-7): oneDNN's products 5-30 %
-#: faster. Intel Xeon with AMX (session 8), onednn vs aten seconds per iteration: fp32 tiny 0.388
+#: PPO iterations (docs/performance.md). AMD EPYC Zen 4: oneDNN's products 5-30 %
+#: faster. Intel Xeon with AMX, onednn vs aten seconds per iteration: fp32 tiny 0.388
 #: vs 0.362, small 2.196 vs 2.162, medium 4.16 vs 4.19 (MKL as fast or faster); bf16 small 1.342
 #: vs 1.361, medium 2.368 vs 2.501 (oneDNN's packed bf16 decode and the update threads' shared
 #: weight gradients win), tiny 0.384 vs 0.368. CPUs not listed (never measured) keep PyTorch's own.

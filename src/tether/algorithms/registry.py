@@ -1,0 +1,166 @@
+"""The RL algorithms by name: the one place an algorithm's name and its metadata are known.
+
+Config validation, role building, the commands (one per entry), their help, model cards,
+``tether compare``, the Python API (``tether.grpo``, ``tether.run``) and the tests read this
+table. It imports no torch: ``tether --help`` lists the commands from it without loading an
+algorithm's maths. An entry names its class as ``"module:Class"`` (imported when a run builds
+it) or holds the class itself.
+
+A third-party algorithm is one file that defines a class with the
+:class:`~tether.algorithms.base.Algorithm` protocol and calls :func:`register_algorithm`; the
+``TETHER_PLUGINS`` environment variable (comma-separated module names or ``.py`` paths) or an
+installed package's ``tether.plugins`` entry point makes the CLI import it before it builds its
+commands (:func:`load_plugins`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tether.errors import ConfigError
+
+#: The environment variable naming plugin modules (or ``.py`` files) to import before a run.
+PLUGINS_ENV = "TETHER_PLUGINS"
+#: The entry-point group an installed package registers its plugin module under.
+PLUGINS_GROUP = "tether.plugins"
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One RL algorithm on the shared roles.
+
+    ``target``: the class (``"module:Class"`` or the class); its constructor takes the resolved
+    :class:`~tether.config.PPOConfig`. ``title``: its name in prose and charts. ``summary``: the
+    command's one-line help. ``purpose``: what a model trained with it is, for its model card.
+    ``needs_critic``: whether it trains a value model (the critic role and its keys exist only
+    then). ``default_group_size`` / ``min_group_size``: responses sampled per prompt when
+    ``group.size`` is unset, and the fewest it can learn from. ``trains_on``: the data key it
+    reads. ``inert_keys``: config keys (or blocks) it never reads — set to anything but their
+    default, the config is refused rather than silently ignored.
+    """
+
+    name: str
+    target: object
+    title: str
+    summary: str
+    purpose: str
+    needs_critic: bool
+    default_group_size: int = 1
+    min_group_size: int = 1
+    trains_on: str = "prompts"
+    inert_keys: tuple[str, ...] = field(default_factory=tuple)
+
+    def load(self) -> type:
+        """The algorithm's class (its module imported on first use)."""
+        if not isinstance(self.target, str):
+            return self.target
+        module, attr = self.target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {}
+
+#: The algorithm of the demo pipeline, the preset and ``tether.ppo``'s default config.
+DEFAULT_ALGORITHM = "ppo"
+
+#: Names the RL commands cannot take: the other commands and stages.
+RESERVED = frozenset({"demo", "sft", "rm", "dpo", "eval", "compare", "pairs", "label", "iterate", "sweep", "report",
+                      "serve", "bench", "launch", "run", "dry_run", "reward_model"})
+
+
+def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Add ``spec`` to :data:`ALGORITHMS` (re-registering the same name replaces it: a reloaded
+    plugin). Its name becomes a command (``tether NAME``), an API function and a value of the
+    config key ``algorithm``."""
+    if not spec.name.isidentifier() or spec.name in RESERVED:
+        raise ConfigError(f"Algorithm name {spec.name!r}: expected a Python identifier that is not one of tether's "
+                          f"commands ({', '.join(sorted(RESERVED))}).")
+    if spec.min_group_size < 1 or spec.default_group_size < spec.min_group_size:
+        raise ConfigError(f"Algorithm {spec.name!r}: default_group_size {spec.default_group_size} must be at least "
+                          f"min_group_size {spec.min_group_size} (>= 1).")
+    ALGORITHMS[spec.name] = spec
+    return spec
+
+
+def algorithm_spec(name: str) -> AlgorithmSpec:
+    """The registered entry of ``name``; a :class:`ConfigError` listing the choices otherwise."""
+    load_plugins()
+    if name not in ALGORITHMS:
+        raise ConfigError(f"Config key 'algorithm' = {name!r}: expected one of {', '.join(ALGORITHMS)} (a plugin "
+                          f"algorithm registers itself: see {PLUGINS_ENV} in docs/algorithms.md).")
+    return ALGORITHMS[name]
+
+
+def build_algorithm(name: str, cfg):
+    """An instance of algorithm ``name`` for the resolved config ``cfg``."""
+    return algorithm_spec(name).load()(cfg)
+
+
+_loaded: set[str] = set()
+
+
+def load_plugins() -> None:
+    """Import the plugin modules of ``TETHER_PLUGINS`` and the ``tether.plugins`` entry points
+    (once each); a plugin that fails to import is a :class:`ConfigError` naming it."""
+    names = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
+    try:
+        from importlib.metadata import entry_points
+
+        points = list(entry_points(group=PLUGINS_GROUP))
+    except Exception:  # a broken installed distribution must not stop tether itself
+        points = []
+    for name in names:
+        if name in _loaded:
+            continue
+        _loaded.add(name)
+        try:
+            if name.endswith(".py"):
+                path = Path(name).expanduser().resolve()
+                spec = importlib.util.spec_from_file_location(path.stem, path)
+                if spec is None or not path.is_file():
+                    raise FileNotFoundError(f"no file {path}")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[path.stem] = module
+                spec.loader.exec_module(module)
+            else:
+                importlib.import_module(name)
+        except Exception as err:
+            _loaded.discard(name)
+            raise ConfigError(f"{PLUGINS_ENV} names {name!r}, which failed to import: {type(err).__name__}: "
+                              f"{err}") from err
+    for point in points:
+        if point.value in _loaded:
+            continue
+        _loaded.add(point.value)
+        try:
+            point.load()
+        except Exception as err:
+            raise ConfigError(f"The '{PLUGINS_GROUP}' entry point {point.name!r} ({point.value}) failed to import: "
+                              f"{type(err).__name__}: {err}") from err
+
+
+register_algorithm(AlgorithmSpec(
+    "ppo", "tether.algorithms.ppo:PPO", "PPO",
+    summary="PPO-RLHF: actor, reference, reward model and critic.",
+    purpose="PPO-RLHF against a reward model, with a KL penalty to the starting policy",
+    needs_critic=True, inert_keys=("policy_loss", "group.scale_by_std")))
+register_algorithm(AlgorithmSpec(
+    "grpo", "tether.algorithms.grpo:GRPO", "GRPO",
+    summary="GRPO: a group of responses per prompt, the group's mean reward as baseline; no critic.",
+    purpose="GRPO against a reward model (group-mean baseline, no critic)",
+    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("ppo.gamma",)))
+register_algorithm(AlgorithmSpec(
+    "rloo", "tether.algorithms.rloo:RLOO", "RLOO",
+    summary="RLOO: k responses per prompt, each one's baseline the others' mean reward; no critic.",
+    purpose="RLOO against a reward model (leave-one-out baseline, no critic)",
+    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("ppo.gamma", "group.scale_by_std")))
+register_algorithm(AlgorithmSpec(
+    "reinforce_pp", "tether.algorithms.reinforce_pp:ReinforcePP", "REINFORCE++",
+    summary="REINFORCE++: PPO's per-token reward, returns normalised over the batch; no critic.",
+    purpose="REINFORCE++ against a reward model (batch-normalised returns, no critic)",
+    needs_critic=False, inert_keys=("group.scale_by_std",)))

@@ -1,0 +1,68 @@
+"""How a role method is dispatched when its role runs on several workers: the one declaration
+every placement reads (:mod:`tether.placement.data_parallel`, :mod:`tether.placement.ray_placement`).
+
+A method says what its batch is, with a decorator on its definition:
+
+- ``@rows``: the first argument is a batch of rows (a :class:`~tether.types.Rollout`, or
+  anything :func:`tether.distributed.shard.shard_rows` splits); each worker gets its share of
+  the rows and the results are joined back in row order (log-probs, values, scores);
+- ``@prompts``: the first two arguments are the prompts (token ids and texts) of a generation
+  call; each worker samples its share, with its own random stream, inside the trained model's
+  gathered weights, and the rollouts are joined in order;
+- no decorator (:data:`ALL`): the call goes to every worker with the same arguments and the
+  first worker's answer is returned (updates, checkpoints, state: data-parallel engines agree).
+
+The declaration lives on the method, not in a placement's table, so a new role method that
+reads rows is split by every placement without touching placement code. This module imports
+nothing: generation engines (below roles in the layer order) and roles both use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+ROWS, PROMPTS, ALL = "rows", "prompts", "all"
+KINDS = (ROWS, PROMPTS, ALL)
+ATTRIBUTE = "__tether_dispatch__"
+
+
+def _declare(kind: str) -> Callable:
+    def mark(fn: Callable) -> Callable:
+        setattr(fn, ATTRIBUTE, kind)
+        return fn
+
+    mark.__name__ = kind
+    return mark
+
+
+#: Split by rows (first argument), results joined in row order.
+rows = _declare(ROWS)
+#: A generation call: the prompts (first two arguments) split, the rollouts joined.
+prompts = _declare(PROMPTS)
+
+
+def dispatch_of(target: object, method: str) -> str:
+    """The declared dispatch of ``target.method``: :data:`ROWS`, :data:`PROMPTS` or :data:`ALL`
+    (no declaration, or no such method)."""
+    fn = getattr(type(target), method, None)
+    if fn is None:
+        fn = getattr(target, method, None)
+    fn = getattr(fn, "__func__", fn)  # a classmethod or a bound method: the function's mark
+    return getattr(fn, ATTRIBUTE, ALL)
+
+
+def declarations(roles: dict[str, object]) -> dict[str, dict[str, str]]:
+    """Role name -> {method: kind} for every declared public method of each role (methods that
+    go to every worker are left out): what a Ray worker reports to its driver, which holds no
+    role objects."""
+    out: dict[str, dict[str, str]] = {}
+    for name, target in roles.items():
+        declared = {}
+        for attr in dir(type(target)):
+            if attr.startswith("_"):
+                continue
+            kind = dispatch_of(target, attr)
+            if kind != ALL:
+                declared[attr] = kind
+        out[name] = declared
+    return out

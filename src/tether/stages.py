@@ -1,0 +1,74 @@
+"""The training stages by name: config class, run function, dry-run planner and help, in one table.
+
+``tether NAME`` (the commands are registered from this table), ``tether.run(NAME, ...)`` and
+``tether.dry_run(NAME, ...)`` read it; an RL stage exists for every registered algorithm
+(:mod:`tether.algorithms.registry`), so a plugin algorithm gets its command, its API function and
+its dry run without a line here. Entries name their code as ``"module:attr"``: importing this
+module loads no torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from tether.algorithms.registry import ALGORITHMS, load_plugins
+from tether.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage. ``config``: its config class; ``run``: ``run(cfg, resume=False, **extra) -> dict``
+    (an RL stage's also takes ``on_iteration``); ``plan``: ``plan(cfg, stage, resume) -> Plan``;
+    ``summary``: the command's help; ``api``: its Python function's name (``tether.<api>``);
+    ``algorithm``: the RL algorithm it runs (None: a supervised stage)."""
+
+    name: str
+    config: str
+    run: str
+    plan: str
+    summary: str
+    api: str
+    algorithm: str | None = None
+
+    def config_class(self) -> type:
+        return _attr(self.config)
+
+    def run_function(self):
+        return _attr(self.run)
+
+    def planner(self):
+        return _attr(self.plan)
+
+
+def _attr(target: str):
+    module, attr = target.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+SUPERVISED = {
+    "sft": StageSpec("sft", "tether.config:SFTConfig", "tether.loops.sft:run_sft", "tether.plan.dry_run:plan_sft",
+                     "Supervised fine-tuning on demonstrations (loss on response tokens only).", "sft"),
+    "rm": StageSpec("rm", "tether.config:RewardModelConfig", "tether.loops.reward_model:run_reward_model",
+                    "tether.plan.dry_run:plan_rm", "Train a Bradley-Terry reward model on preference pairs.",
+                    "reward_model"),
+    "dpo": StageSpec("dpo", "tether.config:DPOConfig", "tether.loops.dpo:run_dpo", "tether.plan.dry_run:plan_dpo",
+                     "DPO (or IPO): the policy trained on preference pairs directly; no reward model, no RL loop.",
+                     "dpo"),
+}
+
+
+def stages() -> dict[str, StageSpec]:
+    """Every stage: the supervised ones, then one per registered RL algorithm (plugins included)."""
+    load_plugins()
+    rl = {name: StageSpec(name, "tether.config:PPOConfig", "tether.loops.ppo:run_ppo", "tether.plan.dry_run:plan_rl",
+                          spec.summary, name, algorithm=name) for name, spec in ALGORITHMS.items()}
+    return {**SUPERVISED, **rl}
+
+
+def stage_spec(name: str, caller: str = "stage") -> StageSpec:
+    """The stage ``name``; a :class:`ConfigError` listing the stages otherwise."""
+    table = stages()
+    if not isinstance(name, str) or name not in table:
+        raise ConfigError(f"tether.{caller}: unknown stage {name!r}; expected one of {', '.join(table)}.")
+    return table[name]

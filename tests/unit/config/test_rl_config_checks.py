@@ -1,0 +1,48 @@
+"""The RL config's checks of the KL block and the policy loss (config/stages.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.config import PPOConfig, load_config, save_config
+from tether.errors import ConfigError
+
+MINIMAL = ["model.name_or_path=m", "prompts=p", "reward.models=[r]"]
+
+
+def ppo(*overrides):
+    return load_config(PPOConfig, None, [*MINIMAL, *overrides])
+
+
+def test_k1_as_a_loss_term_is_refused_with_the_reason_and_the_fix():
+    with pytest.raises(ConfigError) as err:
+        ppo("kl.placement=loss", "kl.estimator=k1")
+    msg = str(err.value)
+    assert "'kl.estimator'" in msg and "kl.placement=loss" in msg
+    assert "zero expected gradient" in msg
+    assert "k3" in msg and "k2" in msg and "kl.placement=reward" in msg
+
+
+def test_the_estimator_default_follows_the_placement():
+    assert ppo().kl.estimator == "k1"  # in the reward, as before
+    assert ppo("kl.placement=loss").kl.estimator == "k3"  # GRPO's: a loss term that pulls
+    assert ppo("kl.estimator=null").kl.estimator == "k1"
+
+
+@pytest.mark.parametrize("placement, estimator", [("loss", "k2"), ("loss", "k3"), ("reward", "k1"),
+                                                  ("reward", "k2"), ("reward", "k3")])
+def test_every_other_pairing_is_accepted(placement, estimator):
+    assert ppo(f"kl.placement={placement}", f"kl.estimator={estimator}").kl.estimator == estimator
+
+
+def test_the_saved_config_names_the_estimator_used(tmp_path):
+    path = tmp_path / "config.yaml"
+    save_config(ppo("kl.placement=loss"), path)
+    assert load_config(PPOConfig, path).kl.estimator == "k3"
+
+
+def test_ratio_level():
+    assert ppo().policy_loss.ratio_level == "token"
+    assert ppo("algorithm=grpo", "policy_loss.ratio_level=sequence").policy_loss.ratio_level == "sequence"
+    with pytest.raises(ConfigError, match="policy_loss.ratio_level"):
+        ppo("algorithm=grpo", "policy_loss.ratio_level=response")

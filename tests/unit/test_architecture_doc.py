@@ -1,0 +1,67 @@
+"""docs/architecture.md's "How to add" table says how many files an algorithm and a generation
+engine touch; this test holds the source to it: a built-in algorithm's (engine's) module is
+known, by import or by its registry target, to no file but itself and its registry entry."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from tether.algorithms.registry import ALGORITHMS
+from tether.rollout.registry import ENGINES
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def documented_files(extension: str) -> int:
+    """The file count of ``extension``'s row in the doc's "How to add" table."""
+    match = re.search(rf"^\| {re.escape(extension)} \| (\d+) \|", DOC.read_text(encoding="utf-8"), re.M)
+    assert match, f"docs/architecture.md has no '| {extension} | N |' row"
+    return int(match.group(1))
+
+
+def files_knowing(module: str) -> set[str]:
+    """The files under src/ other than ``module``'s own that import it or name it as a "module:attr" target."""
+    own = SRC / (module.replace(".", "/") + ".py")
+    found = set()
+    for path in SRC.rglob("*.py"):
+        if path == own:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named = (isinstance(node, ast.ImportFrom) and node.module == module) or \
+                (isinstance(node, ast.Import) and any(a.name == module for a in node.names)) or \
+                (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(module + ":"))
+            if named:
+                found.add(str(path.relative_to(SRC)))
+                break
+    return found
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS)[:4])
+def test_a_built_in_algorithm_touches_the_files_the_doc_says(name):
+    module = ALGORITHMS[name].target.split(":")[0]
+    known = files_knowing(module)
+    assert known == {"tether/algorithms/registry.py"}, (name, known)
+    assert 1 + len(known) <= documented_files("an RL algorithm") <= 2
+
+
+@pytest.mark.parametrize("name", ["lean", "hf", "vllm"])
+def test_a_built_in_engine_touches_the_files_the_doc_says(name):
+    module = ENGINES[name].target.split(":")[0]
+    known = files_knowing(module)
+    assert len(known) == 1 and known <= {"tether/rollout/registry.py", "tether/rollout/vllm_spec.py"}, (name, known)
+    assert 1 + len(known) <= documented_files("a generation engine") <= 3
+
+
+def test_the_check_sees_an_import(tmp_path, monkeypatch):
+    pkg = tmp_path / "tether" / "algorithms"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("class X: ...\n")
+    (tmp_path / "tether" / "loop.py").write_text("from tether.algorithms.x import X\n")
+    monkeypatch.setitem(globals(), "SRC", tmp_path)
+    assert files_knowing("tether.algorithms.x") == {"tether/loop.py"}

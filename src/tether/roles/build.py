@@ -149,32 +149,16 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         for model in trunks:
             last_layer.run_in_full(model)
     prepared = prepare_models(trunks, settings)
-    actor_spec, critic_spec = optimizer_specs(cfg)
     actor = reference = critic = rollout = None
     contexts = {}
     if has_actor:
-        actor_engine = build_trained(actor_model, actor_spec, settings, lora=cfg.lora, adapter=adapters.get("actor"),
-                                     checkpointing=cfg.gradient_checkpointing, strategy=cfg.distributed.strategy,
-                                     prepared=True,
-                                     wrap=(lambda lm: PolicyWithValueHead(lm, critic_model)) if shared else None)
-        actor_model = actor_engine.model.policy if shared else actor_engine.model  # the peft model under LoRA
-        captured = captured_logprobs(cfg.rollout)  # the engine's own switch (capture_logprobs or use_engine_logprobs)
-        actor = Actor(actor_engine, cfg.rollout.temperature, use_captured=captured)
-        critic = SharedTrunkCritic(actor) if shared else None
-        contexts[cfg.model.name_or_path] = context_length(unwrap(actor_model))
-        # The generation engine over the actor (one that holds its own weights syncs from it).
-        rollout = make_engine(cfg, tokenizer, unwrap(actor_model), actor, contexts[cfg.model.name_or_path],
-                              settings, prepared)
+        actor, critic, rollout, actor_model = _actor_roles(cfg, actor_model, critic_model, tokenizer, settings,
+                                                           prepared, adapters.get("actor"), contexts)
     if has_critic:
-        critic = Critic(build_trained(critic_model, critic_spec, settings, lora=cfg.critic.lora,
-                                      adapter=adapters.get("critic"), checkpointing=cfg.critic.gradient_checkpointing,
-                                      scalar=True, key="critic.lora", prepared=True,
-                                      strategy=cfg.critic.strategy or cfg.distributed.strategy))
-        critic_model = critic.engine.model  # the peft model under LoRA: its base is a shared reward model
-        contexts[cfg.critic.path or "the critic"] = context_length(unwrap(critic_model))
+        critic = _critic_role(cfg, critic_model, settings, adapters.get("critic"), contexts)
     if reward == SHARED_WITH_CRITIC:
         name = cfg.reward.models[0] if cfg.reward.models else "reward model"
-        reward = ModelReward(AdapterOffEngine(critic.engine, critic_model), name)
+        reward = ModelReward(AdapterOffEngine(critic.engine, critic.engine.model), name)
     if "reference" in needed:
         if reference_model is None:
             reference_engine = AdapterOffEngine(actor.engine, actor_model)
@@ -185,3 +169,32 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     for member in _reward_members(reward):
         contexts[member.name] = context_length(member.model)
     return Roles(actor, reference, critic, reward, rollout, tokenizer, contexts, prepared.linear_backend)
+
+
+def _actor_roles(cfg: PPOConfig, actor_model, head, tokenizer, settings: EngineSettings, prepared, adapter,
+                 contexts: dict):
+    """(the actor, the shared-trunk critic or None, the generation engine over the actor, the actor's
+    model as trained: the peft model under LoRA) from the prepared ``actor_model``; ``head``: the
+    shared trunk's value head. Records the actor's context length in ``contexts``."""
+    shared = cfg.critic.shared_trunk
+    engine = build_trained(actor_model, optimizer_specs(cfg)[0], settings, lora=cfg.lora, adapter=adapter,
+                           checkpointing=cfg.gradient_checkpointing, strategy=cfg.distributed.strategy,
+                           prepared=True, wrap=(lambda lm: PolicyWithValueHead(lm, head)) if shared else None)
+    model = engine.model.policy if shared else engine.model
+    captured = captured_logprobs(cfg.rollout)  # the engine's own switch (capture_logprobs or use_engine_logprobs)
+    actor = Actor(engine, cfg.rollout.temperature, use_captured=captured)
+    contexts[cfg.model.name_or_path] = context_length(unwrap(model))
+    # The generation engine over the actor (one that holds its own weights syncs from it).
+    rollout = make_engine(cfg, tokenizer, unwrap(model), actor, contexts[cfg.model.name_or_path], settings, prepared)
+    return actor, SharedTrunkCritic(actor) if shared else None, rollout, model
+
+
+def _critic_role(cfg: PPOConfig, critic_model, settings: EngineSettings, adapter, contexts: dict) -> Critic:
+    """A separate critic over the prepared scalar ``critic_model`` (under LoRA its engine's model is
+    the peft model, whose base may serve as the reward model too)."""
+    critic = Critic(build_trained(critic_model, optimizer_specs(cfg)[1], settings, lora=cfg.critic.lora,
+                                  adapter=adapter, checkpointing=cfg.critic.gradient_checkpointing, scalar=True,
+                                  key="critic.lora", prepared=True,
+                                  strategy=cfg.critic.strategy or cfg.distributed.strategy))
+    contexts[cfg.critic.path or "the critic"] = context_length(unwrap(critic.engine.model))
+    return critic

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import FLOAT32_MAX, option, refuse_inert
-import re
-
 from tether.errors import ConfigError
 
 
@@ -190,6 +190,11 @@ class OptimizerConfig:
     def check(self, key: str) -> None:
         """The checks of the block at dotted ``key`` (e.g. ``critic.optim``)."""
         check_adam_step(f"{key}.lr", self.lr, self.beta1)
+        default = next(f.default for f in dataclasses.fields(self) if f.name == "min_lr_ratio")
+        if self.schedule == "constant" and self.min_lr_ratio != default:
+            raise ConfigError(f"Config key '{key}.min_lr_ratio' = {self.min_lr_ratio} is set with {key}.schedule="
+                              "constant, which does not decay, so it would have no effect; set "
+                              f"{key}.schedule=cosine or linear (or drop it).")
 
 
 @dataclass(frozen=True)

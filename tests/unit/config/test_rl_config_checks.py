@@ -46,3 +46,18 @@ def test_ratio_level():
     assert ppo("algorithm=grpo", "policy_loss.ratio_level=sequence").policy_loss.ratio_level == "sequence"
     with pytest.raises(ConfigError, match="policy_loss.ratio_level"):
         ppo("algorithm=grpo", "policy_loss.ratio_level=response")
+
+
+def test_min_lr_ratio_with_a_constant_schedule_is_refused():
+    """A constant schedule never decays: its min_lr_ratio would do nothing, in every optimiser block."""
+    from tether.config import PPOConfig, SFTConfig, load_config
+
+    with pytest.raises(ConfigError, match=r"'critic.optim.min_lr_ratio' = 0.5 is set with critic.optim.schedule=constant"):
+        load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
+                                      "critic.optim.min_lr_ratio=0.5"])
+    with pytest.raises(ConfigError, match=r"'optim.min_lr_ratio'"):
+        load_config(SFTConfig, None, ["model.name_or_path=m", "data.train=t", "optim.schedule=constant",
+                                      "optim.min_lr_ratio=0.5"])
+    cfg = load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
+                                        "optim.schedule=cosine", "optim.min_lr_ratio=0.5"])
+    assert cfg.optim.min_lr_ratio == 0.5

@@ -1,5 +1,7 @@
-"""An RL run around :class:`~tether.loops.rl.RLTrainer`: run directory, resume, metrics and
-samples, held-out evaluation, health alarms, checkpoints and the final models.
+"""An RL stage around :class:`~tether.loops.rl.RLTrainer`, as a body of the stage skeleton
+(:func:`tether.loops.stage.run_stage`, which owns the run's start, the run directory and the final
+saves): the roles placed, the prompts, then the iterations with resume, metrics and samples,
+held-out evaluation, health alarms and checkpoints.
 
 Everything touches the roles through the placement: checkpoints are the roles' own
 ``save_pretrained`` and ``state_dict``, the evaluator samples through the rollout role.
@@ -9,20 +11,21 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_jsonl, truncate_metrics
 from tether.eval.health import HealthMonitor, append_alarms
-from tether.cards import model_card
-from tether.loops.common import announce_resume, begin_run, progress, save_final
+from tether.loops.common import announce_resume, progress
 from tether.loops.rl import RLTrainer
 from tether.loops.rl_setup import build_evaluator, load_prompt_set, prompt_limit
 from tether.metrics import JsonlWriter, MetricsLogger
 from tether.distributed import broadcast_object
 from tether.placement import make_placement
+from tether.loops.stage import Final, Started, run_stage
 from tether.runtime import is_main
-from tether.runs import fault_point, prepare_run_dir
+from tether.runs import fault_point
 from tether.types import Experience
 
 SAMPLES_PER_LOG = 4
@@ -46,79 +49,95 @@ def sample_rows(iteration: int, exp: Experience, n: int) -> list[dict]:
     ]
 
 
+@dataclass
+class RLBody:
+    """An RL stage inside the skeleton (:func:`tether.loops.stage.run_stage`): ``algorithm`` on the
+    roles ``cfg`` names, run directory ``stage`` (the algorithm's name)."""
+
+    algorithm: object
+    name: str = DEFAULT_ALGORITHM
+    on_iteration: object = None
+
+    def start(self, cfg, checkpoint: Path | None) -> Started:
+        """The roles placed (the actor and critic from ``checkpoint`` when resuming), then the prompts
+        (capped to the placed models' context) and the held-out evaluator, checked."""
+        placement, tokenizer, contexts = make_placement(cfg, checkpoint)
+        try:
+            cap = prompt_limit(cfg, contexts)
+            prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
+            evaluator = build_evaluator(cfg, tokenizer, cap)
+        except BaseException:
+            placement.close()
+            raise
+        return Started(placement, tokenizer, {"rollout.max_prompt_length": cap},
+                       {"prompts": prompts, "evaluator": evaluator})
+
+    def train(self, cfg, started: Started, out: Path, checkpoint: Path | None) -> tuple[dict, list[Final]]:
+        """The iterations, with evaluation, alarms, samples and checkpoints; the actor (and the critic,
+        in ``critic/``) as the final models."""
+        stage, prompts, evaluator = self.name, started.state["prompts"], started.state["evaluator"]
+        trainer = RLTrainer(cfg, started.placement, prompts, self.algorithm)
+        monitor = HealthMonitor(cfg.health, echo=tqdm_write)
+        if checkpoint is not None:
+            _restore(out, checkpoint, stage, trainer, monitor)
+        announce_resume(checkpoint, trainer.iteration, cfg.ppo.iterations)
+        logger = MetricsLogger(out, stage)
+        if checkpoint is None:
+            logger.log(0, {"data/prompts": len(prompts.ids), "data/dropped_long": prompts.dropped_long})
+        samples = JsonlWriter(out / "samples.jsonl")
+        bar = progress(cfg.ppo.iterations, stage, cfg.run.progress)
+        bar.update(trainer.iteration)
+        history, t0 = [], time.perf_counter()
+        while trainer.iteration < cfg.ppo.iterations:
+            fault_point("iteration")
+            stats = trainer.step()
+            it = trainer.iteration
+            last = it == cfg.ppo.iterations
+            if evaluator is not None and (last or (cfg.eval.every and it % cfg.eval.every == 0)):
+                t_eval = time.perf_counter()
+                stats.update(evaluator(trainer.rollout, trainer.actor, trainer.reference, trainer.reward))
+                stats["timing/eval"] = time.perf_counter() - t_eval
+            history.append(stats)
+            alarms = monitor.observe(it, stats)
+            append_alarms(out / "alarms.jsonl", alarms)
+            logger.log_table("alarms", it, [alarm.to_dict() for alarm in alarms])
+            if it == 1 or last or it % cfg.run.log_every == 0:
+                logger.log(it, stats)
+                rows = sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG)
+                samples.write_many(rows)
+                logger.log_table("samples", it, rows)
+            bar.update(1)
+            bar.set_postfix(score=f"{stats['objective/score']:.2f}", kl=f"{stats['objective/kl']:.2f}",
+                            beta=f"{stats['objective/kl_coef']:.3f}")
+            if self.on_iteration is not None:
+                self.on_iteration(it, stats, trainer)
+            if cfg.run.save_every and it % cfg.run.save_every == 0 and not last:
+                state = {"trainer": trainer.state_dict(), "monitor": monitor.state_dict()}
+                save_checkpoint(out, it, _trained(trainer), started.tokenizer, state, cfg.run.keep_checkpoints)
+            if broadcast_object(monitor.should_stop):  # data parallel: rank 0's monitor decides for all
+                tqdm_write(f"stopping: {monitor.stop_reason}")
+                break
+        bar.close()
+        logger.close()
+        final = {**(history[-1] if history else {}), "iterations": trainer.iteration}
+        finals = []
+        if trainer.critic is not None:
+            finals.append(Final(trainer.critic, {"stage": f"{stage}-critic"}, {"iterations": trainer.iteration},
+                                role="critic", subdir="critic"))
+        finals.append(Final(trainer.actor, {"stage": stage, "iterations": trainer.iteration,
+                                            "stopped_by": monitor.stop_reason}, final))
+        result = {"history": history, "trainer": trainer, "time_s": time.perf_counter() - t0,
+                  "alarms": [a.to_dict() for a in monitor.alarms], "stopped_by": monitor.stop_reason}
+        return result, finals
+
+
 def run_rl(cfg, algorithm, stage: str = DEFAULT_ALGORITHM, on_iteration=None, resume: bool = False) -> dict:
     """Run ``algorithm`` on ``cfg``; save the final policy at ``run.out`` (critic in ``run.out/critic``).
 
     ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
     ``on_iteration(iteration, stats, trainer)`` is called after every iteration.
     """
-    ckpt = begin_run(cfg, stage, resume)
-    placement, tokenizer, contexts = make_placement(cfg, ckpt)
-    try:
-        return _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iteration)
-    finally:
-        placement.close()
-
-
-def _run(cfg, algorithm, stage, placement, tokenizer, contexts, ckpt, on_iteration) -> dict:
-    cap = prompt_limit(cfg, contexts)
-    prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
-    evaluator = build_evaluator(cfg, tokenizer, cap)
-    limits = {"rollout.max_prompt_length": cap}  # config.yaml, the cards
-    out = prepare_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume=ckpt is not None, limits=limits)
-    trainer = RLTrainer(cfg, placement, prompts, algorithm)
-    monitor = HealthMonitor(cfg.health, echo=tqdm_write)
-    if ckpt is not None:
-        _restore(out, ckpt, stage, trainer, monitor)
-    announce_resume(ckpt, trainer.iteration, cfg.ppo.iterations)
-    logger = MetricsLogger(out, stage)
-    if ckpt is None:
-        logger.log(0, {"data/prompts": len(prompts.ids), "data/dropped_long": prompts.dropped_long})
-    samples = JsonlWriter(out / "samples.jsonl")
-    bar = progress(cfg.ppo.iterations, stage, cfg.run.progress)
-    bar.update(trainer.iteration)
-    history, t0 = [], time.perf_counter()
-    while trainer.iteration < cfg.ppo.iterations:
-        fault_point("iteration")
-        stats = trainer.step()
-        it = trainer.iteration
-        last = it == cfg.ppo.iterations
-        if evaluator is not None and (last or (cfg.eval.every and it % cfg.eval.every == 0)):
-            t_eval = time.perf_counter()
-            stats.update(evaluator(trainer.rollout, trainer.actor, trainer.reference, trainer.reward))
-            stats["timing/eval"] = time.perf_counter() - t_eval
-        history.append(stats)
-        alarms = monitor.observe(it, stats)
-        append_alarms(out / "alarms.jsonl", alarms)
-        logger.log_table("alarms", it, [alarm.to_dict() for alarm in alarms])
-        if it == 1 or last or it % cfg.run.log_every == 0:
-            logger.log(it, stats)
-            rows = sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG)
-            samples.write_many(rows)
-            logger.log_table("samples", it, rows)
-        bar.update(1)
-        bar.set_postfix(score=f"{stats['objective/score']:.2f}", kl=f"{stats['objective/kl']:.2f}",
-                        beta=f"{stats['objective/kl_coef']:.3f}")
-        if on_iteration is not None:
-            on_iteration(it, stats, trainer)
-        if cfg.run.save_every and it % cfg.run.save_every == 0 and not last:
-            state = {"trainer": trainer.state_dict(), "monitor": monitor.state_dict()}
-            save_checkpoint(out, it, _trained(trainer), tokenizer, state, cfg.run.keep_checkpoints)
-        if broadcast_object(monitor.should_stop):  # data parallel: rank 0's monitor decides for all
-            tqdm_write(f"stopping: {monitor.stop_reason}")
-            break
-    bar.close()
-    logger.close()
-    final = {**(history[-1] if history else {}), "iterations": trainer.iteration}
-    if trainer.critic is not None:
-        save_final(out / "critic", trainer.critic, tokenizer, {"stage": f"{stage}-critic"},
-                   model_card(cfg, stage, {"iterations": trainer.iteration}, out / "critic", role="critic",
-                              limits=limits))
-    save_final(out, trainer.actor, tokenizer,
-               {"stage": stage, "iterations": trainer.iteration, "stopped_by": monitor.stop_reason},
-               model_card(cfg, stage, final, out, limits=limits))
-    return {"history": history, "trainer": trainer, "time_s": time.perf_counter() - t0,
-            "alarms": [a.to_dict() for a in monitor.alarms], "stopped_by": monitor.stop_reason}
+    return run_stage(cfg, RLBody(algorithm, stage, on_iteration), resume)
 
 
 def _trained(trainer: RLTrainer) -> dict:

@@ -1,18 +1,19 @@
-"""The skeleton every supervised stage runs inside: SFT, the reward model and DPO are bodies.
+"""The skeleton every stage runs inside: SFT, the reward model, DPO and the RL algorithms are bodies.
 
-:func:`run_stage` owns what the stages used to repeat: the run's start (threads, seeds, the
-read-only check of ``run.out`` and the checkpoint to resume from), the placement of the trained
-model's role (this process, or a Ray worker: ``placement.backend``), the run directory and its
-data-count row, the optimisation loop with its logging, evaluation, checkpoints and exact resume
-(:func:`tether.loops.supervised.train_supervised`), the model card and the final save. A body
-(:class:`StageBody`) supplies only what differs: its inputs (tokenizer, rows, counts), the
-function that builds its role where the role runs, and what it does after the last step (the
-reward model's offset).
+:func:`run_stage` owns what the stages share: the run's start (threads, seeds, the read-only
+check of ``run.out`` and the checkpoint to resume from), the run directory (created only after
+the body's inputs are checked, so bad input leaves nothing behind), the placement's lifetime,
+and the end: each final model saved with its model card. A body supplies what differs:
+``start(cfg, checkpoint) -> Started`` (its roles placed and its inputs read and checked) and
+``train(cfg, started, out, checkpoint) -> (result, finals)`` (its loop, with logging,
+evaluation, checkpoints and exact resume; the :class:`Final` models to save).
 
-The loop talks to the trained model only through its role proxy, so a body runs unchanged on
-any placement: under ``placement.backend=ray`` the role's worker rebuilds the same inputs and
-model from the config (the same seed, so the same initial weights) and the loop sends it the
-row indices of each batch.
+:class:`StageBody` is the supervised stages' body: one trained role (a
+:class:`~tether.roles.supervised.SupervisedModel`), placed in this process or on a Ray worker
+(``placement.backend``) that rebuilds the same inputs and model from the config (the same seed,
+so the same initial weights); the loop sends it the row indices of each batch
+(:func:`tether.loops.supervised.train_supervised`). The RL stages' body is
+:class:`tether.loops.rl_run.RLBody`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,37 @@ class StageBody:
     finish: Callable | None = None
     card_role: str = "policy"
 
+    def start(self, cfg, checkpoint: Path | None) -> "Started":
+        """Check the device, read and check the inputs, place the trained role."""
+        engine_settings(cfg)  # run.device naming a device this machine lacks: refused before any input is read
+        inputs = self.inputs(cfg)
+        total_steps = steps_for(len(inputs.train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+        placement, built = place(cfg, self, checkpoint, inputs, total_steps)
+        return Started(placement, inputs.tokenizer, inputs.limits,
+                       {"inputs": inputs, "built": built, "total_steps": total_steps})
+
+    def train(self, cfg, started: "Started", out: Path, checkpoint: Path | None) -> tuple[dict, list["Final"]]:
+        """The step-0 data counts, the optimisation loop, ``finish``; the trained model as the final one.
+        Returns the last evaluation, ``steps``, ``time_s``, what ``finish`` returned, the tokenizer
+        and, when the model trained in this process, its engine."""
+        inputs, built, total_steps = (started.state[k] for k in ("inputs", "built", "total_steps"))
+        if checkpoint is None:
+            train_name, eval_name = self.counted
+            log_data_counts(out, self.name, {train_name: len(inputs.train), eval_name: len(inputs.evals),
+                                             **inputs.counts})
+        trained = role(started.placement, self.role)
+        train = inputs.train
+        job = SupervisedJob(stage=self.name, trained=trained, tokenizer=inputs.tokenizer, rows=len(train),
+                            tokens_of=lambda i: sequence_tokens(train[i]), evaluate=bool(inputs.evals))
+        t0 = time.perf_counter()
+        eval_metrics = train_supervised(job, cfg, out, total_steps, checkpoint)
+        extra = self.finish(trained, cfg, eval_metrics, out, total_steps) if self.finish else {}
+        final = Final(trained, {"stage": self.name, "steps": total_steps},
+                      {**eval_metrics, "steps": total_steps, **extra}, role=self.card_role)
+        engine = getattr(built.roles[self.role], "engine", None) if built is not None else None
+        return ({**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0, **extra,
+                 "engine": engine, "tokenizer": inputs.tokenizer}, [final])
+
 
 def place(cfg, body: StageBody, checkpoint: Path | None, inputs: StageInputs, total_steps: int):
     """(the placement serving the body's role, the roles built in this process or None)."""
@@ -76,34 +108,44 @@ def place(cfg, body: StageBody, checkpoint: Path | None, inputs: StageInputs, to
     return LocalPlacement(built.placed()), built
 
 
-def run_stage(cfg, body: StageBody, resume: bool = False) -> dict:
+@dataclass
+class Started:
+    """What a body's ``start`` leaves for its ``train``: the placement serving its roles (closed by
+    the skeleton), the tokenizer saved with every final model, the limits ``config.yaml`` and the
+    cards report, and the body's own state (its inputs, built roles, ...)."""
+
+    placement: object
+    tokenizer: object
+    limits: dict
+    state: dict = field(default_factory=dict)
+
+
+@dataclass
+class Final:
+    """A model the stage saves at its end: ``trained`` (a role proxy) at ``run.out/subdir`` ("" =
+    the run directory itself) with ``meta`` in its manifest and a model card of ``metrics`` for
+    ``role`` ("policy", "reward", "critic")."""
+
+    trained: object
+    meta: dict
+    metrics: dict
+    role: str = "policy"
+    subdir: str = ""
+
+
+def run_stage(cfg, body, resume: bool = False) -> dict:
     """Run ``body`` from start (or from the newest complete checkpoint in ``run.out`` with
-    ``resume``) to its final save; returns the last evaluation, ``steps``, ``time_s``, what
-    ``finish`` returned, the tokenizer and, when the model trained in this process, its engine."""
+    ``resume``) to its final saves; returns what the body's ``train`` returned."""
     ckpt = begin_run(cfg, body.name, resume)
-    engine_settings(cfg)  # run.device naming a device this machine lacks: refused before any input is read
-    inputs = body.inputs(cfg)
-    total_steps = steps_for(len(inputs.train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
-    placement, built = place(cfg, body, ckpt, inputs, total_steps)
+    started = body.start(cfg, ckpt)
     try:
         out = prepare_run_dir(cfg.run.out, cfg, body.name, cfg.run.overwrite, resume=ckpt is not None,
-                              limits=inputs.limits)
-        if ckpt is None:
-            train_name, eval_name = body.counted
-            log_data_counts(out, body.name, {train_name: len(inputs.train), eval_name: len(inputs.evals),
-                                             **inputs.counts})
-        trained = role(placement, body.role)
-        train = inputs.train
-        job = SupervisedJob(stage=body.name, trained=trained, tokenizer=inputs.tokenizer, rows=len(train),
-                            tokens_of=lambda i: sequence_tokens(train[i]), evaluate=bool(inputs.evals))
-        t0 = time.perf_counter()
-        eval_metrics = train_supervised(job, cfg, out, total_steps, ckpt)
-        extra = body.finish(trained, cfg, eval_metrics, out, total_steps) if body.finish else {}
-        card = model_card(cfg, body.name, {**eval_metrics, "steps": total_steps, **extra}, out,
-                          role=body.card_role, limits=inputs.limits)
-        save_final(out, trained, inputs.tokenizer, {"stage": body.name, "steps": total_steps}, card)
-        engine = getattr(built.roles[body.role], "engine", None) if built is not None else None
-        return {**eval_metrics, "steps": total_steps, "time_s": time.perf_counter() - t0, **extra,
-                "engine": engine, "tokenizer": inputs.tokenizer}
+                              limits=started.limits)
+        result, finals = body.train(cfg, started, out, ckpt)
+        for final in finals:
+            where = out / final.subdir if final.subdir else out
+            card = model_card(cfg, body.name, final.metrics, where, role=final.role, limits=started.limits)
+            save_final(where, final.trained, started.tokenizer, final.meta, card)
+        return result
     finally:
-        placement.close()
+        started.placement.close()

@@ -9,11 +9,11 @@ module loads no torch.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from tether.algorithms.registry import ALGORITHMS, load_plugins
 from tether.errors import ConfigError
+from tether.targets import import_callable
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,7 @@ class StageSpec:
 
 
 def _attr(target: str):
-    module, attr = target.split(":")
-    return getattr(importlib.import_module(module), attr)
+    return import_callable(target, "the stage table")
 
 
 SUPERVISED = {

@@ -126,3 +126,16 @@ def foreign(task, tmp_path_factory) -> dict:
               metadata={"format": "pt"})
     paths["lacking"] = lacking
     return paths
+
+
+@pytest.fixture(scope="module")
+def one_node():
+    """A local Ray cluster of 2 CPUs for one test module's in-process runs (test_ray.py,
+    test_supervised_ray.py), shut down after it."""
+    ray = pytest.importorskip("ray")  # requirements.lock installs it; a bare `pip install -e .` may not
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+

@@ -53,16 +53,6 @@ def local_run(trained, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def one_node():
-    """A local Ray cluster of 2 CPUs for this module's in-process runs."""
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def ray_run(trained, local_run, one_node, tmp_path_factory):
     out = tmp_path_factory.mktemp("ray") / "ray"
     result = run_ppo_in_process(ppo_overrides(trained, out, "placement.backend=ray", *HALF_CPU))

@@ -25,16 +25,6 @@ COMMON = ["run.threads=1", "run.save_every=4"]
 RAY = ["placement.backend=ray"]
 
 
-@pytest.fixture(scope="module")
-def one_node():
-    """A local Ray cluster of 2 CPUs for this module's runs."""
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
 def sft(trained, out: Path, *extra: str) -> dict:
     from tether.config import SFTConfig, load_config
     from tether.loops.sft import run_sft

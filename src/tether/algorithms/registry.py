@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.errors import ConfigError
+from tether.targets import import_callable
 
 #: The environment variable naming plugin modules (or ``.py`` files) to import before a run.
 PLUGINS_ENV = "TETHER_PLUGINS"
@@ -59,8 +60,7 @@ class AlgorithmSpec:
         """The algorithm's class (its module imported on first use)."""
         if not isinstance(self.target, str):
             return self.target
-        module, attr = self.target.split(":")
-        return getattr(importlib.import_module(module), attr)
+        return import_callable(self.target, f"the algorithm {self.name!r}")
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -101,47 +101,59 @@ def build_algorithm(name: str, cfg):
     return algorithm_spec(name).load()(cfg)
 
 
-_loaded: set[str] = set()
+_loaded: set[str] = set()  # plugin modules, files and entry points imported so far
+_installed: list | None = None  # the installed packages' plugin entry points, read once per process
+
+
+def _installed_plugins() -> list:
+    """The ``tether.plugins`` entry points of the installed packages (scanned on first use only:
+    the scan reads every distribution's metadata, and config validation asks the registry often)."""
+    global _installed
+    if _installed is None:
+        try:
+            from importlib.metadata import entry_points
+
+            _installed = list(entry_points(group=PLUGINS_GROUP))
+        except Exception:  # a broken installed distribution must not stop tether itself
+            _installed = []
+    return _installed
+
+
+def _import_plugin(name: str) -> None:
+    """Import the plugin ``name``: a module name, or a ``.py`` file's path."""
+    if not name.endswith(".py"):
+        importlib.import_module(name)
+        return
+    path = Path(name).expanduser().resolve()
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or not path.is_file():
+        raise FileNotFoundError(f"no file {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
 
 
 def load_plugins() -> None:
     """Import the plugin modules of ``TETHER_PLUGINS`` and the ``tether.plugins`` entry points
     (once each); a plugin that fails to import is a :class:`ConfigError` naming it."""
-    names = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
-    try:
-        from importlib.metadata import entry_points
-
-        points = list(entry_points(group=PLUGINS_GROUP))
-    except Exception:  # a broken installed distribution must not stop tether itself
-        points = []
-    for name in names:
-        if name in _loaded:
+    for name in (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",")):
+        if not name or name in _loaded:
             continue
-        _loaded.add(name)
         try:
-            if name.endswith(".py"):
-                path = Path(name).expanduser().resolve()
-                spec = importlib.util.spec_from_file_location(path.stem, path)
-                if spec is None or not path.is_file():
-                    raise FileNotFoundError(f"no file {path}")
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[path.stem] = module
-                spec.loader.exec_module(module)
-            else:
-                importlib.import_module(name)
+            _import_plugin(name)
         except Exception as err:
-            _loaded.discard(name)
             raise ConfigError(f"{PLUGINS_ENV} names {name!r}, which failed to import: {type(err).__name__}: "
                               f"{err}") from err
-    for point in points:
+        _loaded.add(name)
+    for point in _installed_plugins():
         if point.value in _loaded:
             continue
-        _loaded.add(point.value)
         try:
             point.load()
         except Exception as err:
             raise ConfigError(f"The '{PLUGINS_GROUP}' entry point {point.name!r} ({point.value}) failed to import: "
                               f"{type(err).__name__}: {err}") from err
+        _loaded.add(point.value)
 
 
 register_algorithm(AlgorithmSpec(

@@ -126,7 +126,9 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     """
     from tether.config import PPOConfig, load_config
     from tether.loops.ppo import ppo_trainer
-    from tether.roles.build import SHARED_WITH_CRITIC, make_roles, role_names
+    from tether.roles.build import make_roles
+    from tether.roles.groups import role_names
+    from tether.roles.sources import SHARED_WITH_CRITIC
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}")

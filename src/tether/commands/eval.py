@@ -113,7 +113,7 @@ def output_path(args) -> Path:
 
 def _import_judge(spec: str):
     from tether.errors import TetherError
-    from tether.roles import import_callable
+    from tether.targets import import_callable
 
     try:
         return import_callable(spec)

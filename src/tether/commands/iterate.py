@@ -48,7 +48,7 @@ def run(args) -> int:
     if args.page:
         serve_page = _page_server(args.port)
     else:
-        from tether.roles.reward import import_callable
+        from tether.targets import import_callable
 
         labeller = import_callable(args.labeller, "--labeller")
     result = iterate_demo(Path(args.out), source, args.rounds, args.pairs_per_round, labeller, args.seed,

@@ -14,7 +14,7 @@ from tether.config import PPOConfig
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.errors import DataError
 from tether.loops.common import LengthLimit, fit_to_context, notice
-from tether.roles.reward import import_callable
+from tether.targets import import_callable
 from tether.rollout import SamplingParams
 from tether.runtime import rank_seed
 

@@ -54,7 +54,7 @@ class RoleWorker:
         from tether.config import from_dict
         from tether.dispatch import declarations
         from tether.distributed.process import DistributedSession
-        from tether.roles.reward import import_callable
+        from tether.targets import import_callable
         from tether.runs import seed_everything
 
         cfg = from_dict(import_callable(config_class, "the stage's config class"), cfg_dict)

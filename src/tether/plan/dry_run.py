@@ -334,7 +334,7 @@ def settings_device(cfg) -> str:
 def _placement(plan: Plan, cfg, groups: list[tuple[str, ...]] | None = None) -> None:
     """Where the roles run: this process, or Ray worker groups with what each reserves.
     ``groups``: a supervised stage's (its one trained role); None: the RL roles' groups."""
-    from tether.roles.build import role_groups
+    from tether.roles.groups import role_groups
 
     engine = f"; rollouts on {cfg.rollout.engine}" if groups is None else ""
     if cfg.placement.backend != "ray":

@@ -41,7 +41,7 @@ class _Roles:
 
 
 def _reference(cfg, tokenizer, actor, roles: _Roles) -> None:
-    from tether.roles.build import check_reference_tokenizer
+    from tether.roles.sources import check_reference_tokenizer
 
     if cfg.lora.enabled and not cfg.reference:
         roles.sizes["reference"] = RoleSize()
@@ -59,8 +59,9 @@ def _reference(cfg, tokenizer, actor, roles: _Roles) -> None:
 
 def _reward(cfg, tokenizer, roles: _Roles) -> None:
     from tether.models import load_tokenizer
-    from tether.roles.build import _same_vocab, shares_reward_base
-    from tether.roles.reward import import_callable
+    from tether.roles.sources import same_vocab as _same_vocab
+    from tether.roles.sources import shares_reward_base
+    from tether.targets import import_callable
 
     reward = cfg.reward
     if reward.callable:
@@ -88,7 +89,7 @@ def _reward(cfg, tokenizer, roles: _Roles) -> None:
 
 def _critic(cfg, tokenizer, actor_model, roles: _Roles):
     """The separate critic model as the run loads it (None without one)."""
-    from tether.roles.build import critic_source
+    from tether.roles.sources import critic_source
 
     if not cfg.needs_critic:
         roles.lines.append(f"critic     none ({cfg.algorithm} has no value model)")

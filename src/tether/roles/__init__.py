@@ -13,7 +13,6 @@ from tether.roles.reward import (
     ModelReward,
     RewardSource,
     combine_scores,
-    import_callable,
 )
 
 __all__ = [
@@ -29,5 +28,4 @@ __all__ = [
     "SharedTrunkCritic",
     "ValueHead",
     "combine_scores",
-    "import_callable",
 ]

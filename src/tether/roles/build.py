@@ -23,12 +23,12 @@ from tether.engines import (
 )
 from tether.models import context_length, last_layer, load_causal_lm, load_scalar_model, load_tokenizer
 from tether.models.lora import unwrap
-from tether.roles.builder import build_trained
+from tether.roles.builder import base_engine, build_trained
 from tether.roles.critic import Critic, SharedTrunkCritic, ValueHead
-from tether.roles.groups import ROLE_NAMES, role_groups, role_names  # noqa: F401 (re-exported)
+from tether.roles.groups import ROLE_NAMES, role_names
 from tether.roles.policy import Actor, PolicyWithValueHead, Reference
 from tether.roles.reward import ModelReward, RewardSource
-from tether.roles.sources import (  # noqa: F401 (re-exported: where each role's model comes from)
+from tether.roles.sources import (
     SHARED_WITH_CRITIC,
     build_reward,
     check_reference_tokenizer,
@@ -67,7 +67,7 @@ class Roles:
 def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAMES) -> Roles:
     """Load the roles' models; with ``checkpoint`` the actor and critic come from it (resume: the
     full models, or the adapters on their bases under LoRA). ``needed``: build only these roles
-    (a group of :func:`role_groups`; the rollout engine comes with the actor)."""
+    (a group of :func:`tether.roles.groups.role_groups`; the rollout engine comes with the actor)."""
     needed = set(needed) & set(role_names(cfg))
     settings = engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
     policy_path = cfg.model.name_or_path
@@ -128,7 +128,7 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     that :class:`ValueHead`, or None or any other model, which is then replaced by a fresh head.
     With ``lora``, ``reference_model`` None means the actor's base with its adapters off;
     ``adapters`` ({"actor", "critic"}: a directory or None) are loaded instead of fresh ones.
-    ``needed``: the roles to make (a group of :func:`role_groups`); the others are None.
+    ``needed``: the roles to make (a group of :func:`tether.roles.groups.role_groups`); the others are None.
     """
     needed = set(needed)
     settings = settings or engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
@@ -158,7 +158,7 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         critic = _critic_role(cfg, critic_model, settings, adapters.get("critic"), contexts)
     if reward == SHARED_WITH_CRITIC:
         name = cfg.reward.models[0] if cfg.reward.models else "reward model"
-        reward = ModelReward(AdapterOffEngine(critic.engine, critic.engine.model), name)
+        reward = ModelReward(base_engine(critic.engine), name)
     if "reference" in needed:
         if reference_model is None:
             reference_engine = AdapterOffEngine(actor.engine, actor_model)

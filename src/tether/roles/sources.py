@@ -8,7 +8,8 @@ from tether.config import PPOConfig
 from tether.engines import EngineSettings, InferenceEngine
 from tether.errors import ModelError
 from tether.models import load_scalar_model, load_tokenizer
-from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource, import_callable
+from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource
+from tether.targets import import_callable
 
 
 def same_vocab(tok_a, tok_b, name: str) -> None:

@@ -40,9 +40,6 @@ class SupervisedModel(TrainedRole):
         return self.engine.train_step(chunks, self.loss, lambda chunk: sum(self.weight_of(r) for r in chunk),
                                       self.name, step)
 
-    def has_evaluation(self) -> bool:
-        return self._evaluate is not None
-
     def evaluate(self) -> dict:
         """The held-out metrics ({} without held-out data)."""
         return self._evaluate() if self._evaluate is not None else {}

@@ -13,10 +13,10 @@ built is here.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from tether.errors import ConfigError
+from tether.targets import import_callable
 from tether.rollout import vllm_spec
 
 
@@ -79,8 +79,7 @@ def engine_spec(name: str, key: str = "rollout.engine") -> EngineSpec:
 
 def engine_class(name: str):
     """The generation-engine class registered as ``name`` (imported now)."""
-    module, attr = engine_spec(name).target.split(":")
-    return getattr(importlib.import_module(module), attr)
+    return import_callable(engine_spec(name).target, f"the engine {name!r}")
 
 
 def captured_logprobs(rollout_cfg, name: str | None = None) -> bool:

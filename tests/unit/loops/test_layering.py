@@ -35,7 +35,7 @@ LAYERS = (
     # What every layer may use: errors, paths, bounded waits, device and rank helpers, the config and
     # the registries it checks names against, metrics files and their trackers, the demo tasks' data.
     ("foundation", ("errors", "outputs", "services", "child_guard", "runtime", "config", "metrics", "trackers",
-                    "tasks", "dispatch", "stages", "algorithms.registry", "rollout.registry",
+                    "tasks", "dispatch", "targets", "stages", "algorithms.registry", "rollout.registry",
                     "rollout.vllm_spec")),
     ("models", ("models",)),
     ("engines", ("engines", "distributed", "data")),

@@ -10,7 +10,7 @@ import pytest
 from tether.config import PPOConfig, load_config
 from tether.errors import ConfigError
 from tether.placement.ray_placement import bundle, describe, import_ray, missing_resources, primary_role
-from tether.roles.build import role_groups
+from tether.roles.groups import role_groups
 
 BASE = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[rm]"]
 

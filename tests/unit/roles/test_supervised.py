@@ -26,9 +26,9 @@ def test_update_cuts_the_rows_into_micro_batches_weighted_by_their_rows():
 
 def test_evaluation_is_optional():
     role = SupervisedModel(RecordingEngine(), loss=None)
-    assert not role.has_evaluation() and role.evaluate() == {}
+    assert role.evaluate() == {}
     role = SupervisedModel(RecordingEngine(), loss=None, evaluate=lambda: {"eval/loss": 1.5})
-    assert role.has_evaluation() and role.evaluate() == {"eval/loss": 1.5}
+    assert role.evaluate() == {"eval/loss": 1.5}
 
 
 def test_a_stage_role_is_its_own_ray_group():

@@ -125,3 +125,35 @@ def test_flash_attention_2_matches_sdpa(gpu_task):
     mask = response_mask(batch)
     diff = (got["flash_attention_2"] - got["sdpa"])[mask].abs().max()
     assert diff < 5e-2, f"flash_attention_2 log-probs differ from SDPA's by {diff:.2e}"
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "flash_attention_2"])
+def test_packed_rows_match_padded_on_the_device(impl, gpu_task):
+    """Padding-free batches on the device: the packed pass (SDPA through tether's grouped rows, or
+    flash-attention's varlen kernel reading the rows from the position ids) gives the padded
+    pass's log-probs and gradients; the model really packed."""
+    why = flash_attention_2() if impl == "flash_attention_2" else None
+    if why:
+        pytest.skip(why)
+    from transformers import AutoModelForCausalLM
+
+    from tether.models import packing
+
+    tok = gpu_task["tokenizer"]
+    batch = {k: v.to(device()) if torch.is_tensor(v) else v for k, v in left_padded_batch(tok).items()}
+    dtype = torch.bfloat16 if impl == "flash_attention_2" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(gpu_task["qwen2"]), dtype=dtype,
+                                                 attn_implementation=impl).to(device())
+    mask = response_mask(batch)
+    got = {}
+    for padding_free in (False, True):
+        packing.set_padding_free(model, padding_free)
+        model.zero_grad(set_to_none=True)
+        logp = logprobs(model, batch)
+        logp[mask].sum().backward()
+        got[padding_free] = (logp.detach()[mask], model.model.embed_tokens.weight.grad.clone())
+    assert packing.verdict(model) == (True, "")
+    tolerance = 5e-2 if dtype == torch.bfloat16 else 1e-4
+    assert (got[True][0] - got[False][0]).abs().max() < tolerance
+    scale = got[False][1].abs().max()
+    assert (got[True][1] - got[False][1]).abs().max() < tolerance * max(float(scale), 1.0)

@@ -1,6 +1,7 @@
 """The speed work does not change the maths: a fixed-seed PPO run gives the same metrics with
 every optimisation on as on the straightforward path (HF ``generate``, a second actor forward
-for the rollout log-probs, the for-loop AdamW), and with each optimisation on alone.
+for the rollout log-probs, the for-loop AdamW, padded batches), and with each optimisation on
+alone (``padding_free``: every pass of the run packed, model.padding_free=true vs false).
 
 The runs use the benchmark's random-init tiny Llamas (built in memory, no disk) with an EOS
 bias on the policy head so that responses end at different lengths and padding is exercised.
@@ -25,10 +26,12 @@ pytestmark = pytest.mark.slow
 
 ITERATIONS = 3
 STRAIGHTFORWARD = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
-                   "cpu.parallel_roles=false", "ppo.trim_last_layer=false", "cpu.linear_backend=aten"]
+                   "cpu.parallel_roles=false", "ppo.trim_last_layer=false", "cpu.linear_backend=aten",
+                   "model.padding_free=false"]
 NONE_BUT = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
-            "ppo.trim_last_layer=false", "cpu.linear_backend=aten"]
+            "ppo.trim_last_layer=false", "cpu.linear_backend=aten", "model.padding_free=false"]
 OPTIMISATIONS = {
+    "padding_free": [*NONE_BUT, "model.padding_free=true"],
     "lean_engine": [*NONE_BUT, "rollout.engine=lean"],
     "captured_logprobs": [*NONE_BUT, "rollout.capture_logprobs=true"],
     "fused_optimizer": [*NONE_BUT, "ppo.fused_optimizer=true"],
@@ -72,7 +75,7 @@ def run(overrides: list[str], *extra: str):
         stats = trainer.step()
         history.append({k: v for k, v in stats.items() if not k.startswith(("timing/", "perf/"))})
         responses.append(trainer.last_experience.rollout.response_ids.clone())
-    return {"history": history, "responses": responses, "trainer": trainer,
+    return {"history": history, "responses": responses, "trainer": trainer, "models": m,
             "updates": {k: v - initial[k] for k, v in m["policy"].state_dict().items()}}
 
 
@@ -102,9 +105,20 @@ def test_reference_run_exercises_early_eos(reference):
     assert all(2 <= n < 12 for n in lengths)
 
 
+def packed_roles(res: dict) -> dict:
+    """Whether each role's model ran its passes packed (None: never asked, padding_free off)."""
+    from tether.models.packing import verdict
+
+    return {name: (verdict(model) or (None,))[0] for name, model in res["models"].items()}
+
+
 @pytest.mark.parametrize("name", list(OPTIMISATIONS))
 def test_optimisation_gives_the_same_run(reference, name):
-    assert_same_run(run(OPTIMISATIONS[name]), reference)
+    got = run(OPTIMISATIONS[name])
+    assert_same_run(got, reference)
+    if name in ("padding_free", "all"):  # every role packed its passes; the reference run none
+        assert packed_roles(got) == dict.fromkeys(got["models"], True), packed_roles(got)
+        assert packed_roles(reference) == dict.fromkeys(reference["models"], None), packed_roles(reference)
 
 
 def test_captured_logprobs_are_used_and_agree_with_a_fresh_forward():

@@ -21,6 +21,7 @@ from tether.loops.sft import run_sft, sft_batch_loss
 from tether.metrics.logger import read_metrics
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer, score_offset
 from tether.models.forward import last_token_scores, position_ids
+from tether.models.packing import set_padding_free
 from tether.runs import MANIFEST
 
 pytestmark = pytest.mark.slow
@@ -83,6 +84,7 @@ def test_sft_loss_has_no_gradient_at_prompt_positions(trained):
     task = trained["task"]
     tok = load_tokenizer(str(trained["sft"]))
     model = load_causal_lm(str(trained["sft"]), tok)
+    set_padding_free(model, False)  # per padded position (packed passes equal these: test_packed_equivalence)
     batch = _sft_batch(task, tok)
     ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
     assert ((mask == 0) & (attn == 1)).any(), "premise: the batch has prompt tokens"

@@ -53,7 +53,9 @@ def word_tokenizer(vocab_size: int):
     return tok
 
 
-def llama_config(dims: ModelDims, tokenizer):
+def llama_config(dims: ModelDims, tokenizer, max_positions: int = MAX_POSITIONS):
+    """The bench models' Llama config; ``max_positions``: the context (the padding bench's long
+    rows need 2048)."""
     from transformers import LlamaConfig
 
     config = LlamaConfig(
@@ -63,7 +65,7 @@ def llama_config(dims: ModelDims, tokenizer):
         num_attention_heads=dims.heads,
         num_key_value_heads=dims.kv_heads or dims.heads,
         intermediate_size=dims.ffn,
-        max_position_embeddings=MAX_POSITIONS,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=False,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
@@ -84,16 +86,17 @@ def _finish(model, tokenizer):
     return model
 
 
-def build_models(dims: ModelDims, tokenizer, seed: int = 0, reference: bool = True, critic: bool = True) -> dict:
+def build_models(dims: ModelDims, tokenizer, seed: int = 0, reference: bool = True, critic: bool = True,
+                 max_positions: int = MAX_POSITIONS) -> dict:
     """{'policy', 'reference', 'critic', 'reward'}: fp32, random init from ``seed``.
 
     The reference is a copy of the policy (PPO starts the actor at the reference); None without
     ``reference`` (a LoRA actor's base serves as the reference). The critic is None without
-    ``critic`` (a LoRA critic on the reward model's base).
+    ``critic`` (a LoRA critic on the reward model's base). ``max_positions``: their context.
     """
     from transformers import LlamaForCausalLM, LlamaForSequenceClassification
 
-    config = llama_config(dims, tokenizer)
+    config = llama_config(dims, tokenizer, max_positions)
     torch.manual_seed(seed)
     policy = _finish(LlamaForCausalLM(config), tokenizer)
     reference = copy.deepcopy(policy) if reference else None

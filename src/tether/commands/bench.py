@@ -1,5 +1,6 @@
 """`tether bench`: seconds per PPO iteration, per phase, FLOPs and MFU on random-init Llamas, or on
-real architectures' shapes with random weights (``--model``, :mod:`tether.bench.shapes`)."""
+real architectures' shapes with random weights (``--model``, :mod:`tether.bench.shapes`); with
+``--stage``, one stage's step padded vs packed (:mod:`tether.bench.padding`)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ def register(sub) -> None:
                    help="New tokens per response, always generated (32).")
     p.add_argument("--epochs", type=int, default=None,
                    help="PPO epochs per iteration, 2 minibatches each (4; 1 with --model).")
-    p.add_argument("--iterations", type=int, default=8, help="Iterations; the first is a warm-up.")
+    p.add_argument("--iterations", type=int, default=8,
+                   help="Iterations; the first is a warm-up. With --stage: timed steps per mode, after a "
+                        "warm-up step of each.")
     p.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default.")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=1,
@@ -59,8 +62,18 @@ def register(sub) -> None:
     p.add_argument("--scaling", action="store_true",
                    help="Seconds/iteration for response lengths 32/64/128/256 and batches 16/32/64.")
     p.add_argument("--scaling-iterations", type=int, default=3, help="Iterations per scaling point.")
+    p.add_argument("--stage", default=None, metavar="sft|rm|dpo|ALGORITHM",
+                   help="Instead of PPO iterations: this stage's step (sft, rm, dpo or a registered algorithm) with padded and with packed (padding-free) "
+                        "batches, interleaved in one run; prints padded, packed and speedup (packed over padded "
+                        "tokens per second). --batch is then rows per step (16: sequences, pairs, or prompts times "
+                        "the group), --iterations timed steps per mode after a warm-up of each.")
+    p.add_argument("--lengths", choices=["demo", "longtail"], default=None,
+                   help="With --stage: the rows' lengths; demo (the default: the demo task's) or longtail "
+                        "(prompt and response lengths log-normal, median 128, sigma 1, clipped to 8-1024 tokens).")
+    p.add_argument("--out", default=None, metavar="FILE", help="With --stage: also write the JSON to FILE.")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="Extra PPO config overrides, e.g. ppo.autocast=bf16.")
+                   help="Extra PPO config overrides, e.g. ppo.autocast=bf16 (with --stage: that stage's config, "
+                        "e.g. ppo.micro_batch_tokens=4096).")
 
 
 #: (batch, response length, epochs) without and with --model (a real shape costs ~10-100x per token).
@@ -75,6 +88,8 @@ def run(args) -> int:
     from tether.distributed import DistributedSession
     from tether.runtime import resolve_device
 
+    if getattr(args, "stage", None) is not None:
+        return run_stage_bench(args)
     source = check_args(args)
     if args.write_model:
         from tether.bench.shapes import write_model
@@ -98,6 +113,8 @@ def check_args(args):
     from tether.algorithms import ALGORITHMS
     from tether.errors import ConfigError
 
+    if getattr(args, "lengths", None) is not None or getattr(args, "out", None) is not None:
+        raise ConfigError("--lengths and --out go with --stage (the padded vs packed step bench).")
     if args.algorithm not in ALGORITHMS:
         raise ConfigError(f"--algorithm {args.algorithm!r}: expected one of {', '.join(ALGORITHMS)}.")
     if args.model is not None and args.size is not None:
@@ -160,3 +177,42 @@ def check_lengths(args, source=None) -> None:
         raise ConfigError(f"--response-length must be from 1 to {room} (the bench models' {MAX_POSITIONS}-position "
                           f"context minus the longest prompt, {PROMPT_WORDS[1]} words and BOS), "
                           f"got {args.response_length}.")
+
+
+#: Flags of the PPO iteration bench that --stage does not take (flag, attribute, its default).
+ITERATION_ONLY = (("--model", "model", None), ("--write-model", "write_model", None),
+                  ("--algorithm", "algorithm", DEFAULT_ALGORITHM), ("--response-length", "response_length", None),
+                  ("--epochs", "epochs", None), ("--repeat", "repeat", 1), ("--lora", "lora", 0),
+                  ("--grad-ckpt", "grad_ckpt", False), ("--profile", "profile", False),
+                  ("--scaling", "scaling", False))
+
+
+def run_stage_bench(args) -> int:
+    """``--stage``: padded vs packed steps of one stage (:func:`tether.bench.padding.run_padding_bench`)."""
+    from tether.bench.padding import run_padding_bench
+    from tether.errors import ConfigError
+    from tether.outputs import check_output_file
+    from tether.runtime import resolve_device
+
+    from tether.bench.padding import stages
+
+    if args.stage not in stages():
+        raise ConfigError(f"--stage {args.stage!r}: expected one of {', '.join(stages())}.")
+    given = [flag for flag, attr, default in ITERATION_ONLY if getattr(args, attr) != default]
+    if given:
+        raise ConfigError(f"--stage {args.stage} times one stage's step padded vs packed on --size models; it does "
+                          f"not take {', '.join(given)} (flags of the PPO iteration bench).")
+    if args.batch is not None and args.batch < 1:
+        raise ConfigError(f"--batch must be at least 1 (rows per step), got {args.batch}.")
+    if args.iterations < 1:
+        raise ConfigError(f"--iterations must be at least 1 (timed steps per mode), got {args.iterations}.")
+    out = check_output_file(args.out, "--out", example="bench.json") if args.out else None
+    device = resolve_device(args.device, "--device")
+    report = run_padding_bench(args.stage, args.lengths or "demo", args.size or "small", rows=args.batch,
+                               iterations=args.iterations, seed=args.seed, threads=args.threads,
+                               precision=args.precision, device=str(device), overrides=list(args.overrides))
+    text = json.dumps(report, indent=2)
+    if out is not None:
+        out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0

@@ -161,6 +161,16 @@ class ModelConfig:
         "Format prompts with the tokenizer's chat template: auto = when it has one.",
     )
     trust_remote_code: bool = option(False, "Passed to from_pretrained (custom model code).")
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flex_attention"] = option(
+        "sdpa",
+        "Attention of every model the stage loads (policy, reference, reward model, critic): sdpa (eager for "
+        "a model without it, said on stderr), eager, flash_attention_2 (CUDA and the flash_attn package) or "
+        "flex_attention.",
+    )
+    padding_free: bool = option(
+        True, "Train and score rows packed into one sequence with no padding (models and attention that support "
+              "it; tether pads otherwise, with a notice).",
+    )
 
     def validate(self) -> None:
         if not self.name_or_path:
@@ -197,6 +207,25 @@ class OptimizerConfig:
                               f"{key}.schedule=cosine or linear (or drop it).")
 
 
+MICRO_BATCH_TOKENS_HELP = (
+    "Most tokens per micro-batch (rows binned by length to fill it; padding counted unless "
+    "model.padding_free); null: grad_accum_steps micro-batches of equal rows."
+)
+
+
+def check_micro_batches(tokens_key: str, tokens: int | None, accum: int) -> None:
+    """Micro-batches are sized by a token budget (``tokens_key``, e.g. ``optim.micro_batch_tokens``)
+    or by a row count (the block's ``grad_accum_steps``), not both: with a budget set, a row count
+    would do nothing."""
+    key = tokens_key.rsplit(".", 1)[0]
+    if tokens is not None and accum > 1:
+        raise ConfigError(
+            f"Config key '{key}.micro_batch_tokens' = {tokens} is set with {key}.grad_accum_steps = {accum}: "
+            "micro-batches are sized by a token budget or by a row count, not both, so one of them would "
+            f"have no effect; drop {key}.grad_accum_steps (default 1) or {key}.micro_batch_tokens (default null)."
+        )
+
+
 @dataclass(frozen=True)
 class OptimConfig(OptimizerConfig):
     """The supervised stages' optimiser block: :class:`OptimizerConfig` and the batch it steps on."""
@@ -205,6 +234,7 @@ class OptimConfig(OptimizerConfig):
     grad_accum_steps: int = option(
         1, "Split each batch into this many micro-batches (same maths, less memory).", ge=1
     )
+    micro_batch_tokens: int | None = option(None, MICRO_BATCH_TOKENS_HELP, ge=1)
 
     def validate(self) -> None:
         if self.batch_size % self.grad_accum_steps:
@@ -212,6 +242,7 @@ class OptimConfig(OptimizerConfig):
                 f"Config key 'optim.grad_accum_steps' = {self.grad_accum_steps}: must divide "
                 f"optim.batch_size = {self.batch_size}."
             )
+        check_micro_batches("optim.micro_batch_tokens", self.micro_batch_tokens, self.grad_accum_steps)
         self.check("optim")
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 from tether.config.base import FLOAT32_MAX, option, refuse_inert, section
 from tether.config.common import (
+    MICRO_BATCH_TOKENS_HELP,
     CPUConfig,
     DataConfig,
     DistributedConfig,
@@ -17,6 +18,7 @@ from tether.config.common import (
     OptimizerConfig,
     RunConfig,
     check_common,
+    check_micro_batches,
     check_supervised,
     refuse_inert_lora,
 )
@@ -328,6 +330,7 @@ class PPOAlgoConfig:
     epochs: int = option(4, "Passes over each rollout batch.", ge=1)
     minibatch_size: int = option(64, "Episodes per optimiser step.", ge=1)
     grad_accum_steps: int = option(1, "Micro-batches per minibatch (memory only).", ge=1)
+    micro_batch_tokens: int | None = option(None, MICRO_BATCH_TOKENS_HELP, ge=1)
     clip: float = option(0.2, "Policy ratio clip epsilon.", gt=0)
     value_clip: float | None = option(0.2, "Value clip range around old values; null = off.", gt=0)
     vf_coef: float = option(0.1, "Value-loss coefficient.", gt=0)
@@ -379,6 +382,7 @@ class PPOAlgoConfig:
                 f"Config key 'ppo.grad_accum_steps' = {self.grad_accum_steps}: must divide "
                 f"ppo.minibatch_size = {self.minibatch_size}."
             )
+        check_micro_batches("ppo.micro_batch_tokens", self.micro_batch_tokens, self.grad_accum_steps)
 
 
 @dataclass(frozen=True)

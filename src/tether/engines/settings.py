@@ -18,16 +18,23 @@ class EngineSettings:
     on_nonfinite: str = "stop"
     compile: bool | str = False
     cpu: object | None = None  # the stage's cpu: block (used only when the device is a CPU)
+    padding_free: bool = True  # model.padding_free: passes pack rows where the model supports it
 
 
 def engine_settings(cfg, compile: bool | str = False) -> EngineSettings:
     """The settings of a stage config (``run.device``, ``run.precision``, ``run.on_nonfinite``,
-    ``cpu``); ``run.device`` naming a device this machine lacks is a ConfigError here."""
+    ``cpu``, ``model.padding_free``); ``run.device`` naming a device this machine lacks, or a
+    ``model.attn_implementation`` that cannot run on it (a package missing, flash-attention off
+    CUDA or in fp32), is a ConfigError here, before any input is read or weight loaded."""
+    from tether.models.attn_implementation import check_attention
+
     device = resolve_device(cfg.run.device)
     if device.type == "cuda" and device.index in (None, 0) and cfg.run.device in ("auto", "cuda") and world_size() > 1:
         device = torch.device("cuda", local_rank())  # torchrun: one GPU per local rank
+    check_attention(cfg.model.attn_implementation, device, cfg.model.dtype, cfg.run.precision)
     return EngineSettings(device=device, precision=Precision(cfg.run.precision),
-                          on_nonfinite=cfg.run.on_nonfinite, compile=compile, cpu=getattr(cfg, "cpu", None))
+                          on_nonfinite=cfg.run.on_nonfinite, compile=compile, cpu=getattr(cfg, "cpu", None),
+                          padding_free=cfg.model.padding_free)
 
 
 @dataclass(frozen=True)
@@ -40,10 +47,14 @@ class Prepared:
 
 
 def prepare_models(models: list, settings: EngineSettings) -> Prepared:
-    """Put ``models`` on the device and apply that device's speedups (on CPU: oneDNN linears,
-    fp32 attention under bf16, retained memory; :mod:`tether.engines.cpu`)."""
+    """Put ``models`` on the device, set whether their passes pack rows (``model.padding_free``:
+    :func:`tether.models.packing.set_padding_free`), and apply that device's speedups (on CPU:
+    oneDNN linears, fp32 attention under bf16, retained memory; :mod:`tether.engines.cpu`)."""
+    from tether.models.packing import set_padding_free
+
     for model in models:
         model.to(settings.device)
+        set_padding_free(model, settings.padding_free)
     if settings.device.type != "cpu" or settings.cpu is None:
         return Prepared()
     from tether.engines import cpu

@@ -97,7 +97,8 @@ def reference_of(cfg: DPOConfig, engine: TrainingEngine, tokenizer, settings, *p
         return [base.infer(pair_logprob_table, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
     reference = load_causal_lm(cfg.reference or cfg.model.name_or_path, tokenizer, cfg.model.dtype,
                                trust_remote_code=cfg.model.trust_remote_code,
-                               key="reference" if cfg.reference else "model.name_or_path")
+                               key="reference" if cfg.reference else "model.name_or_path",
+                               attn_implementation=cfg.model.attn_implementation)
     prepare_models([reference], settings)
     reference.to(engine.device)
     return [pair_logprob_table(reference, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
@@ -153,7 +154,8 @@ def build_dpo_roles(cfg: DPOConfig, checkpoint=None, needed=(), inputs: StageInp
     settings = engine_settings(cfg)
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
     source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
-    model = load_causal_lm(source, tokenizer, cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, key=key)
+    model = load_causal_lm(source, tokenizer, cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, key=key,
+                           attn_implementation=cfg.model.attn_implementation)
     engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
                            adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
                            strategy=cfg.distributed.strategy)

@@ -21,6 +21,7 @@ import torch
 from tether.algos import kl_k1, kl_k3, masked_mean, repetition_rate, sampled_entropy_estimate
 from tether.errors import TrainingError
 from tether.loops.common import Timer
+from tether.loops.micro_batches import split_by_token_budget
 from tether.loops.rl_setup import (
     PromptSet,
     ScoreNormalizer,
@@ -133,9 +134,15 @@ class RLTrainer:
         actor_loss, critic_loss = self.algo.actor_loss(self.kl_ctl.value), self.algo.critic_loss()
         steps: list[dict] = []
         early_stop = False
+        # ppo.micro_batch_tokens: each minibatch binned by its rows' real tokens (prompt + response).
+        tokens = None if p.micro_batch_tokens is None else exp.rollout.attention_mask.sum(1).tolist()
         for epoch in range(p.epochs):
             order = torch.randperm(len(exp), generator=generator)
-            minibatches = [mb.split(p.minibatch_size // p.grad_accum_steps) for mb in order.split(p.minibatch_size)]
+            if tokens is None:
+                minibatches = [mb.split(p.minibatch_size // p.grad_accum_steps) for mb in order.split(p.minibatch_size)]
+            else:
+                minibatches = [split_by_token_budget(mb, tokens, p.micro_batch_tokens, not cfg.model.padding_free)
+                               for mb in order.split(p.minibatch_size)]
             calls = [self.critic.submit.update(exp, minibatches, critic_loss, where)] if self.critic_trains else []
             if actor_on:
                 calls.append(self.actor.submit.update(exp, minibatches, actor_loss, where))

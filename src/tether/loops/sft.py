@@ -137,7 +137,8 @@ def build_sft_roles(cfg: SFTConfig, checkpoint=None, needed=(), inputs: StageInp
     total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     settings = engine_settings(cfg)
     source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
-    model = load_causal_lm(source, tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code, key=key)
+    model = load_causal_lm(source, tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code, key=key,
+                           attn_implementation=cfg.model.attn_implementation)
     engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
                            adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
                            strategy=cfg.distributed.strategy)

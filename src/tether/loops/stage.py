@@ -26,7 +26,7 @@ from pathlib import Path
 from tether.cards import model_card
 from tether.engines import engine_settings
 from tether.loops.common import begin_run, log_data_counts, save_final, steps_for
-from tether.loops.supervised import SupervisedJob, sequence_tokens, train_supervised
+from tether.loops.supervised import SupervisedJob, padded_tokens, sequence_tokens, train_supervised
 from tether.placement import LocalPlacement, make_stage_placement, role
 from tether.runs import prepare_run_dir
 
@@ -88,7 +88,8 @@ class StageBody:
         trained = role(started.placement, self.role)
         train = inputs.train
         job = SupervisedJob(stage=self.name, trained=trained, tokenizer=inputs.tokenizer, rows=len(train),
-                            tokens_of=lambda i: sequence_tokens(train[i]), evaluate=bool(inputs.evals))
+                            tokens_of=lambda i: sequence_tokens(train[i]), evaluate=bool(inputs.evals),
+                            padded_tokens_of=lambda i: padded_tokens(train[i]))
         t0 = time.perf_counter()
         eval_metrics = train_supervised(job, cfg, out, total_steps, checkpoint)
         extra = self.finish(trained, cfg, eval_metrics, out, total_steps) if self.finish else {}

@@ -20,6 +20,7 @@ import torch
 
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_metrics
 from tether.loops.common import announce_resume, batch_indices, progress
+from tether.loops.micro_batches import rows_by_token_budget
 from tether.metrics import MetricsLogger
 from tether.runs import fault_point
 from tether.runtime import rank_seed, world_size
@@ -35,13 +36,24 @@ def sequence_tokens(item) -> int:
     return 0
 
 
+def padded_tokens(item) -> int:
+    """A training item's length in a padded batch (``optim.micro_batch_tokens`` with
+    ``model.padding_free=false``, where a micro-batch costs its rows x its longest row): a
+    demonstration's sequence, or a pair's two sequences each as long as the longer response."""
+    if hasattr(item, "chosen_ids"):
+        return 2 * (len(item.prompt_ids) + max(len(item.chosen_ids), len(item.rejected_ids)))
+    return sequence_tokens(item)
+
+
 @dataclass
 class SupervisedJob:
     """What a stage hands to :func:`train_supervised`.
 
-    ``trained``: the trained model's role proxy (``update(rows, micro_size, step)``,
+    ``trained``: the trained model's role proxy (``update(rows, micro, step)``,
     ``evaluate()``, ``last_lr()``, ``state_dict()``, ``save_pretrained()``); ``rows``: how many
-    training rows there are; ``tokens_of(row)``: a row's tokens for ``perf/tokens_per_s``;
+    training rows there are; ``tokens_of(row)``: a row's tokens for ``perf/tokens_per_s`` and
+    padding-free ``optim.micro_batch_tokens`` bins; ``padded_tokens_of(row)``: its length in a
+    padded batch, for padded bins (None: ``tokens_of``);
     ``evaluate``: whether there is held-out data to evaluate on.
     """
 
@@ -51,6 +63,7 @@ class SupervisedJob:
     rows: int
     tokens_of: Callable[[int], int]
     evaluate: bool = True
+    padded_tokens_of: Callable[[int], int] | None = None
 
 
 def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt: Path | None) -> dict:
@@ -70,6 +83,8 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
     announce_resume(ckpt, start, total_steps)
     logger = MetricsLogger(out, job.stage)
     micro = opt.batch_size // opt.grad_accum_steps
+    padded = not cfg.model.padding_free  # token-budget bins: rows x longest row, or summed rows
+    length_of = (job.padded_tokens_of or job.tokens_of) if padded else job.tokens_of
     bar = progress(total_steps, job.stage, run.progress)
     bar.update(start)
     t0, items_seen, tokens_seen = time.perf_counter(), 0, 0
@@ -78,8 +93,10 @@ def train_supervised(job: SupervisedJob, cfg, out: Path, total_steps: int, ckpt:
         if world_size() > 1:  # each rank's draws (dropout) from (seed, step, rank)
             torch.manual_seed(rank_seed(run.seed, step))
         rows = idx.tolist()
-        # Micro-batches of `micro` rows, each (data parallel: each rank's slice of it) weighing its
-        # share of the batch.
+        # Micro-batches of `micro` rows, or binned by their tokens within optim.micro_batch_tokens;
+        # each (data parallel: each rank's slice of it) weighs its share of the batch.
+        if opt.micro_batch_tokens is not None:
+            micro = rows_by_token_budget(rows, length_of, opt.micro_batch_tokens, padded)
         result = trained.update(rows, micro, step)
         sums = result["stats"]
         norm = result["grad_norm"] if result["grad_norm"] is not None else float("nan")

@@ -6,6 +6,10 @@ gets the same positions as ``generate`` gave it. Leading columns that are paddin
 row of a (sub-)batch are dropped before the model sees them: the real tokens' positions and
 attention are unchanged, so the result is the same, for less work.
 
+A batch with padding runs padding-free where the model allows it (:mod:`tether.models.packing`):
+its real tokens packed into one sequence, the outputs scattered back to the padded positions,
+so callers see the same shapes and values; the LM head then runs at real positions only.
+
 ``autocast="bf16"`` (or "fp16") runs the decoder trunk under autocast (the weights stay fp32);
 the LM head and scalar heads, the log-softmax and everything after stay fp32 (and so does the
 lean decode loop's LM head, so that captured log-probs match these).
@@ -22,7 +26,7 @@ from torch import Tensor
 
 from tether.algos.logprobs import token_logprobs
 from tether.algos.losses import entropy_from_logits
-from tether.models import last_layer
+from tether.models import last_layer, packing
 from tether.models.loading import score_head
 from tether.models.lora import unwrap
 from tether.runtime import AUTOCAST_DTYPES
@@ -77,6 +81,82 @@ def _trunk_kwargs(input_ids: Tensor, attention_mask: Tensor) -> dict:
                 position_ids=position_ids(attention_mask), use_cache=False)
 
 
+def packs(model, attention_mask: Tensor, compile: bool | str = False) -> bool:
+    """Whether a pass of ``model`` over a (B, T) batch with this mask runs packed: the batch has
+    padding, ``model.padding_free`` is on, the pass is not compiled (a compiled trunk keeps its
+    padded shapes) and the model's packed forward was checked (:func:`check_packing`, once)."""
+    model = unwrap(model)
+    if (compile and torch.is_grad_enabled()) or not packing.padding_free(model) or bool(attention_mask.all()):
+        return False
+    decided = packing.verdict(model)
+    return decided[0] if decided is not None else check_packing(model, attention_mask)
+
+
+def check_packing(model, attention_mask: Tensor, input_ids: Tensor | None = None) -> bool:
+    """Decide once whether ``model`` packs: its config allows it (:func:`tether.models.packing.static_reason`)
+    and its packed trunk matches its padded trunk (fp32, no gradients) at the real tokens of up
+    to four rows of this batch (the shortest and longest first), with random token ids."""
+    model = unwrap(model)
+    reason = packing.static_reason(model)
+    if reason is not None:
+        return packing.decide(model, False, reason)
+    lengths = attention_mask.sum(dim=1)
+    order = torch.argsort(lengths, stable=True).tolist()
+    picked = sorted({order[0], order[-1], *order[1:3]})
+    mask = attention_mask[picked]
+    mask = mask[:, leading_padding(mask):]
+    vocab = unwrap(model).get_input_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, mask.shape, generator=generator).to(mask.device)
+    device = next(model.parameters()).device.type
+    with torch.no_grad(), torch.autocast(device, enabled=False):
+        padded = model.base_model(**_trunk_kwargs(ids, mask)).last_hidden_state.float()
+        original = None
+        try:
+            original = packing.use_packed_attention(model)
+            rows = packing.pack_rows(mask)
+            out = _packed_trunk(model, ids, rows)
+            error = None
+        except Exception as err:  # a model whose forward cannot take packed rows
+            error = f"its packed forward failed: {type(err).__name__}: {err}"
+    real = mask.bool()
+    if error is None and not _close(rows.unpack(out)[real], padded[real], next(model.parameters()).dtype):
+        error = "its packed forward did not match its padded forward (its attention does not keep rows apart)"
+    if error is not None and original is not None:
+        model.set_attn_implementation(original)
+    return packing.decide(model, error is None, error or "")
+
+
+#: Largest |packed - padded| of the check, relative to the padded output's largest value, by the
+#: weights' dtype: float noise passes (a half-precision model's rounding included); a row seeing
+#: another row's tokens does not.
+PACKING_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-6, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+
+
+def _close(packed: Tensor, padded: Tensor, dtype: torch.dtype) -> bool:
+    scale = max(float(padded.abs().max()), 1.0) if padded.numel() else 1.0
+    return bool(packed.isfinite().all()) and float((packed - padded).abs().max()) <= PACKING_TOLERANCE.get(dtype, 1e-4) * scale
+
+
+def _packed_trunk(model, input_ids: Tensor, rows: packing.PackedRows, autocast: str = "none",
+                  kept: Tensor | None = None) -> Tensor:
+    """The trunk over a (B, T) batch's real tokens packed into one sequence (``rows``): the (N, H)
+    fp32 hidden states, or (K', H) at the ``kept`` packed positions when the model's last layer
+    runs there only (:mod:`tether.models.last_layer`)."""
+    trunk = model.base_model
+    kwargs = dict(input_ids=rows.gather(input_ids), position_ids=rows.position_ids, use_cache=False,
+                  **packing.pass_kwargs(model, rows))
+    trim = kept[None] if kept is not None else None
+    if trim is not None and last_layer.needs_check(model):
+        last_layer.check(model, lambda: trunk(**kwargs).last_hidden_state.float(), trim)
+    with autocast_context(model, autocast), last_layer.last_layer_at(model, trim):
+        return trunk(**kwargs).last_hidden_state.float()[0]
+
+
+def _kept_count(keep: slice | Tensor, length: int) -> int:
+    return keep.shape[1] if isinstance(keep, Tensor) else len(range(length)[keep])
+
+
 def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: str = "none",
                   compile: bool | str = False, keep: slice | Tensor | None = None) -> Tensor:
     """Final hidden states of the decoder trunk (no LM or scalar head), fp32.
@@ -84,11 +164,21 @@ def hidden_states(model, input_ids: Tensor, attention_mask: Tensor, autocast: st
     (B, T, H), or (B, K, H) at ``keep`` (a slice of positions or (B, K) positions per row):
     then the last decoder layer runs at those positions only where the model allows it
     (:mod:`tether.models.last_layer`), and the full output is sliced otherwise.
-    ``compile``: run the trunk through :func:`compiled_trunk` when gradients are on (the update);
-    no-grad passes stay eager, so scoring never waits for a second compilation. ``True`` or a
-    mode of :data:`COMPILE_MODES`. Compiled passes run every layer in full.
+    A batch with padding runs packed where :func:`packs` says so: padding positions then hold
+    zeros. ``compile``: run the trunk through :func:`compiled_trunk` when gradients are on (the
+    update); no-grad passes stay eager, so scoring never waits for a second compilation. ``True``
+    or a mode of :data:`COMPILE_MODES`. Compiled passes run every layer in full, padded.
     """
     model = unwrap(model)  # a LoRA model runs as its base with the adapters injected
+    if packs(model, attention_mask, compile):
+        rows = packing.pack_rows(attention_mask)
+        if keep is None:
+            return rows.unpack(_packed_trunk(model, input_ids, rows, autocast))
+        kept, where = rows.kept(keep)
+        out = _packed_trunk(model, input_ids, rows, autocast, kept)
+        if out.shape[0] == rows.tokens:  # the last layer ran everywhere
+            out = out[kept]
+        return rows.scatter_kept(out, where, _kept_count(keep, input_ids.shape[1]))
     trunk = model.base_model
     compiled = bool(compile) and torch.is_grad_enabled()
     if compiled:
@@ -165,8 +255,12 @@ def _head_logprobs(layer, hidden: Tensor, tokens: Tensor, temperature: float,
 
 
 def logprobs_from_hidden(model, hidden: Tensor, tokens: Tensor, temperature: float = 1.0,
-                         with_entropy: bool = False, chunk: int | None = None) -> tuple[Tensor, Tensor | None]:
+                         with_entropy: bool = False, chunk: int | None = None,
+                         where: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """The LM head on (B, A, H) hidden states: log-probs of (B, A) ``tokens`` (and entropies).
+
+    ``where``: (B, A) bool, the positions to compute (the real ones of a packed pass); the others
+    read 0, and the head never runs on them.
 
     The head runs on ``chunk`` positions at a time (default :func:`logprob_chunk` of the head's
     vocabulary; 0: all at once): each chunk's fp32 logits are dropped once its log-probs are
@@ -174,8 +268,17 @@ def logprobs_from_hidden(model, hidden: Tensor, tokens: Tensor, temperature: flo
     so the [positions, V] buffers never exceed one chunk. Each position's result is the same
     computation as unchunked.
     """
-    layer = unwrap(model).get_output_embeddings()
     batch, length = tokens.shape
+    if where is not None:
+        index = where.reshape(-1).nonzero().squeeze(1)
+        logp, entropy = logprobs_from_hidden(model, hidden.reshape(batch * length, -1)[index][None],
+                                             tokens.reshape(-1)[index][None], temperature, with_entropy, chunk)
+
+        def spread(x):  # (1, K) -> (B, A), zeros elsewhere
+            return x.new_zeros(batch * length).index_put((index,), x[0]).reshape(batch, length)
+
+        return spread(logp), spread(entropy) if entropy is not None else None
+    layer = unwrap(model).get_output_embeddings()
     chunk = logprob_chunk(layer.weight.shape[0]) if chunk is None else chunk
     if not chunk or batch * length <= chunk:
         return _head_logprobs(layer, hidden, tokens, temperature, with_entropy)
@@ -195,7 +298,17 @@ def sequence_logprobs(model, input_ids: Tensor, attention_mask: Tensor, autocast
                       chunk: int | None = None) -> Tensor:
     """(B, T-1) log-probs of each next token (position t predicts token t+1), as SFT's loss reads
     them from ``model(...).logits``, but with the LM head in fp32 :func:`logprobs_from_hidden`
-    chunks: no [B, T, V] logits (2.5 GB in fp32 for 8 × 512 tokens of a 151,936-token vocabulary)."""
+    chunks: no [B, T, V] logits (2.5 GB in fp32 for 8 × 512 tokens of a 151,936-token vocabulary).
+    A packed pass runs the head only where a real token predicts a real token; the rest read 0."""
+    lm = unwrap(model)
+    if packs(lm, attention_mask):
+        rows = packing.pack_rows(attention_mask)
+        hidden = _packed_trunk(lm, input_ids, rows, autocast)  # (N, H)
+        slots = rows.slot.view(input_ids.shape)
+        current, target = slots[:, :-1], slots[:, 1:]  # (B, T-1) packed positions, -1 on padding
+        where = (current >= 0) & (target >= 0)
+        hidden = hidden[current.clamp(min=0)]  # (B, T-1, H); padding rows read row 0, never used
+        return logprobs_from_hidden(model, hidden, input_ids[:, 1:], chunk=chunk, where=where)[0]
     hidden = hidden_states(model, input_ids, attention_mask, autocast)[:, :-1]
     return logprobs_from_hidden(model, hidden, input_ids[:, 1:], chunk=chunk)[0]
 
@@ -217,7 +330,15 @@ def response_logprobs(
     Logits are divided by ``temperature`` so the log-probs describe the sampling distribution.
     """
     hidden, tokens = response_hidden(model, sequences, attention_mask, num_prompt_tokens, autocast, compile)
-    return logprobs_from_hidden(model, hidden, tokens, temperature, with_entropy)
+    return logprobs_from_hidden(model, hidden, tokens, temperature, with_entropy,
+                                where=response_positions(model, attention_mask, num_prompt_tokens, compile))
+
+
+def response_positions(model, attention_mask: Tensor, num_prompt_tokens: int,
+                       compile: bool | str = False) -> Tensor | None:
+    """(B, A) the real response tokens, where a packed pass runs the LM head; None for a padded
+    pass (the head runs on the whole (B, A) block, as it always has)."""
+    return attention_mask[:, num_prompt_tokens:].bool() if packs(model, attention_mask, compile) else None
 
 
 def scalar_outputs(model, sequences: Tensor, attention_mask: Tensor, autocast: str = "none") -> Tensor:

@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 #: Decoder layers whose structure :func:`_forward_at` reproduces.
 LLAMA_LAYOUT = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")
-#: Attention implementations that take a 4D (B, 1, Q, K) mask (bool or additive) or None.
-MASKED_ATTENTION = ("sdpa", "eager", "tether_sdpa_fp32")
+#: Attention implementations that take a 4D (B, 1, Q, K) mask (bool or additive) or None, and the
+#: packed SDPA switched in for a packed pass (:mod:`tether.models.packing`).
+MASKED_ATTENTION = ("sdpa", "eager", "tether_sdpa_fp32", "tether_packed_sdpa", "tether_packed_sdpa_fp32")
 
 # model -> whether its trimmed last layer matched the full one on the first batch.
 _VERIFIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -104,8 +105,17 @@ def _forward_at(layer, keep, hidden_states: Tensor, attention_mask: Tensor | Non
         k, v = past_key_values.update(k, v, attn.layer_idx)
     eager = sys.modules[type(attn).__module__].eager_attention_forward
     attention = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation, eager)
-    mask = _mask_rows(attention_mask, keep, batch, k.shape[2], hidden_states.device)
-    out, _ = attention(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling)
+    packed = kwargs.get("tether_packing")
+    if packed is not None:
+        # A packed pass (tether.models.packing): its attention keeps rows apart by their layout, for
+        # every query position, so the kept queries are placed among zeros and read back after.
+        full = q.new_zeros(batch, q.shape[1], length, head_dim)
+        full[:, :, keep[0]] = q
+        out, _ = attention(attn, full, k, v, None, dropout=0.0, scaling=attn.scaling, tether_packing=packed)
+        out = out[:, keep[0]]
+    else:
+        mask = _mask_rows(attention_mask, keep, batch, k.shape[2], hidden_states.device)
+        out, _ = attention(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling)
     out = attn.o_proj(out.reshape(batch, kept, -1).contiguous())
     hidden = take_positions(hidden_states, keep) + out
     return hidden + layer.mlp(layer.post_attention_layernorm(hidden))

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from tether.errors import ModelError, one_line
+from tether.models import attn_implementation as attention
 from tether.services import HUB_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,7 @@ def load_causal_lm(
     trust_remote_code: bool = False,
     key: str | None = None,
     meta: bool = False,
+    attn_implementation: str = "sdpa",
 ):
     """``AutoModelForCausalLM`` with dropout off, vocab fitted to ``tokenizer``.
 
@@ -198,6 +200,8 @@ def load_causal_lm(
     (they would be initialised at random), is a :class:`ModelError`: a policy must be a
     trained causal LM. ``key`` names the config key or flag the path came from, for errors.
     ``meta``: the model on the meta device, no weight read, after the same checks (the dry run's).
+    ``attn_implementation``: ``model.attn_implementation``, checked against the model's class
+    before its weights are read (:mod:`tether.models.attn_implementation`).
     """
     from transformers import AutoModelForCausalLM
 
@@ -207,13 +211,16 @@ def load_causal_lm(
             f"The model {_named(name_or_path, key)} is a scalar-head checkpoint ({', '.join(_architectures(config))}: "
             "a reward model or critic), not a causal LM; a policy needs a causal LM such as the SFT output."
         )
+    cls = attention.model_class(AutoModelForCausalLM, config)
+    attn = attention.resolve(attn_implementation, cls, _named(name_or_path, key))
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             name_or_path, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, output_loading_info=True,
-            local_files_only=_local_only(name_or_path), **_meta(meta),
+            local_files_only=_local_only(name_or_path), attn_implementation=attn, **_meta(meta),
         )
     except Exception as err:  # noqa: BLE001
-        raise _wrap_load_error(name_or_path, "causal LM", err, key) from None
+        raise (attention.load_error(err, attn_implementation, _named(name_or_path, key), cls)
+               or _wrap_load_error(name_or_path, "causal LM", err, key)) from None
     _refuse_fresh_weights(name_or_path, key, "causal LM", info["missing_keys"])
     _fit_vocab(model, tokenizer)
     if not keep_dropout:
@@ -248,6 +255,7 @@ def load_scalar_model(
     new_head: bool = False,
     key: str | None = None,
     meta: bool = False,
+    attn_implementation: str = "sdpa",
 ):
     """``AutoModelForSequenceClassification(num_labels=1)``: a reward model or critic.
 
@@ -255,20 +263,24 @@ def load_scalar_model(
     (the reward-model stage, a critic started from the policy), initialised with
     ``head_init_std`` when given; otherwise that is a :class:`ModelError`, because a reward
     model or critic with a random head scores at random. A trained head is kept as it is.
-    ``meta``: as :func:`load_causal_lm`'s.
+    ``meta``, ``attn_implementation``: as :func:`load_causal_lm`'s.
     """
     from transformers import AutoModelForSequenceClassification
 
     config = load_model_config(name_or_path, key, trust_remote_code)
     check_scalar_head_config(config, name_or_path, key)
     config.num_labels = 1
+    cls = attention.model_class(AutoModelForSequenceClassification, config)
+    attn = attention.resolve(attn_implementation, cls, _named(name_or_path, key))
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(
             name_or_path, config=config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code,
-            output_loading_info=True, local_files_only=_local_only(name_or_path), **_meta(meta),
+            output_loading_info=True, local_files_only=_local_only(name_or_path), attn_implementation=attn,
+            **_meta(meta),
         )
     except Exception as err:  # noqa: BLE001
-        raise _wrap_load_error(name_or_path, "scalar-head model", err, key) from None
+        raise (attention.load_error(err, attn_implementation, _named(name_or_path, key), cls)
+               or _wrap_load_error(name_or_path, "scalar-head model", err, key)) from None
     head = score_head(model)
     if head.weight.shape[0] != 1:
         raise ModelError(f"The model {_named(name_or_path, key)} head has more than one output.")

@@ -90,8 +90,13 @@ def _supervised_batches(plan: Plan, cfg, n_train: int, n_eval: int) -> None:
     o, world = cfg.optim, _world()
     steps = steps_for(n_train, o.batch_size, cfg.epochs, cfg.max_steps)
     micro = o.batch_size // o.grad_accum_steps // world
-    plan.add("batches", f"optim.batch_size {o.batch_size} = {world} rank(s) x {o.grad_accum_steps} micro-batch(es) "
-                        f"x {micro} examples")
+    if o.micro_batch_tokens is not None:
+        plan.add("batches", f"optim.batch_size {o.batch_size} = {world} rank(s) x micro-batches of at most "
+                            f"{o.micro_batch_tokens} tokens each ({_budget_cost(cfg)}; rows binned by length)")
+    else:
+        plan.add("batches", f"optim.batch_size {o.batch_size} = {world} rank(s) x {o.grad_accum_steps} "
+                            f"micro-batch(es) x {micro} examples")
+    plan.add("batches", _padding_line(cfg))
     how = f"max_steps = {cfg.max_steps}" if cfg.max_steps else \
         f"{cfg.epochs:g} epochs x {n_train} examples / {o.batch_size} per step"
     plan.add("steps", f"{steps} optimiser steps ({how}); {steps * o.batch_size / max(n_train, 1):.2f} epochs; "
@@ -100,6 +105,18 @@ def _supervised_batches(plan: Plan, cfg, n_train: int, n_eval: int) -> None:
         plan.add("steps", f"held-out evaluation every {cfg.eval_every} steps and at the end ({n_eval} examples)")
     if cfg.run.save_every:
         plan.add("steps", f"a resumable checkpoint every {cfg.run.save_every} steps (keeping {cfg.run.keep_checkpoints})")
+
+
+def _budget_cost(cfg) -> str:
+    return "real tokens counted" if cfg.model.padding_free else "padding counted: rows x longest row"
+
+
+def _padding_line(cfg) -> str:
+    """How the stage's models see their batches (model.padding_free, model.attn_implementation)."""
+    m = cfg.model
+    how = ("padding-free: each batch's rows packed into one sequence where the model supports it "
+           "(checked on its first batch; padded otherwise, with a notice)") if m.padding_free else "padded"
+    return f"{how}; attention {m.attn_implementation}"
 
 
 def _memory(plan: Plan, roles: dict, strategies: dict[str, str], dtype: str, actor_params: int | None = None):
@@ -291,9 +308,12 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
                         f"up to {cfg.rollout.max_new_tokens} new tokens each")
     minibatches = math.ceil(episodes / p.minibatch_size)
     micro = p.minibatch_size // p.grad_accum_steps // world
+    split = (f"micro-batches of at most {p.micro_batch_tokens} tokens, {_budget_cost(cfg)}"
+             if p.micro_batch_tokens is not None else f"{p.grad_accum_steps} micro-batch(es) x {micro}")
     plan.add("batches", f"update: {p.epochs} epochs x {minibatches} minibatches of {p.minibatch_size} "
-                        f"({world} rank(s) x {p.grad_accum_steps} micro-batch(es) x {micro}) = "
+                        f"({world} rank(s) x {split}) = "
                         f"{p.epochs * minibatches} optimiser steps per iteration per trained role")
+    plan.add("batches", _padding_line(cfg))
     plan.add("steps", f"{p.iterations} iterations = {p.iterations * episodes:,} episodes, "
                       f"{p.iterations * p.epochs * minibatches:,} actor optimiser steps")
     strategies = {"actor": cfg.distributed.strategy, "critic": cfg.critic.strategy or cfg.distributed.strategy}

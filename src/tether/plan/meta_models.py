@@ -29,7 +29,7 @@ def causal_lm(path: str, key: str, cfg, tokenizer):
     from tether.models.loading import load_causal_lm
 
     return load_causal_lm(path, tokenizer, cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, key=key,
-                          meta=True)
+                          meta=True, attn_implementation=cfg.model.attn_implementation)
 
 
 def scalar_model(path: str, key: str, cfg, tokenizer, new_head: bool = False, head_init_std: float | None = None):
@@ -37,7 +37,8 @@ def scalar_model(path: str, key: str, cfg, tokenizer, new_head: bool = False, he
     from tether.models.loading import load_scalar_model
 
     return load_scalar_model(path, tokenizer, cfg.model.dtype, head_init_std=head_init_std,
-                             trust_remote_code=cfg.model.trust_remote_code, new_head=new_head, key=key, meta=True)
+                             trust_remote_code=cfg.model.trust_remote_code, new_head=new_head, key=key, meta=True,
+                             attn_implementation=cfg.model.attn_implementation)
 
 
 def set_up(model, lora, checkpointing: bool, scalar: bool, key: str):

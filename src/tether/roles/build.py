@@ -73,7 +73,8 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAME
     policy_path = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
-    load = dict(tokenizer=tokenizer, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
+    load = dict(tokenizer=tokenizer, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code,
+                attn_implementation=cfg.model.attn_implementation)
     full_actor = checkpoint is not None and not cfg.lora.enabled
     actor_model = load_causal_lm(str(checkpoint / "actor") if full_actor else policy_path, **load,
                                  key=None if full_actor else "model.name_or_path") if "actor" in needed else None

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from tether.dispatch import rows
-from tether.models.forward import logprobs_from_hidden, response_hidden
+from tether.models.forward import logprobs_from_hidden, response_hidden, response_positions
 from tether.models.lora import unwrap
 from tether.roles.trained import TrainedRole
 from tether.types import Experience, Rollout
@@ -68,7 +68,8 @@ def policy_forward(module, rollout: Rollout, temperature: float, with_entropy: b
     lm = causal_lm(module)
     hidden, tokens = response_hidden(lm, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
                                      autocast, compile)
-    logp, entropy = logprobs_from_hidden(lm, hidden, tokens, temperature, with_entropy)
+    where = response_positions(lm, rollout.attention_mask, rollout.num_prompt_tokens, compile)
+    logp, entropy = logprobs_from_hidden(lm, hidden, tokens, temperature, with_entropy, where=where)
     values = None
     if isinstance(module, PolicyWithValueHead):
         values = module.value_head(hidden) * rollout.response_mask

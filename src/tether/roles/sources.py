@@ -53,7 +53,8 @@ def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardS
     members = []
     for path in rcfg.models:
         same_vocab(tokenizer, load_tokenizer(path, key="reward.models"), f"reward model '{path}'")
-        model = load_scalar_model(path, tokenizer, cfg.model.dtype, key="reward.models")
+        model = load_scalar_model(path, tokenizer, cfg.model.dtype, key="reward.models",
+                                  attn_implementation=cfg.model.attn_implementation)
         members.append(ModelReward(InferenceEngine(model, settings.device, settings.precision), path))
     if len(members) == 1:
         return members[0]

@@ -32,11 +32,20 @@ class SupervisedModel(TrainedRole):
         self.weight_of = weight_of
         self.name = name
 
-    def update(self, rows: list[int], micro_size: int, step: int) -> dict:
-        """One optimiser step on the batch ``rows`` (training row indices), in micro-batches of
-        ``micro_size`` rows weighted by their share of the batch; the engine's step result
-        (``stats`` summed over micro-batches, ``grad_norm``, ``skipped_steps``, ``timing``)."""
-        chunks = [rows[lo : lo + micro_size] for lo in range(0, len(rows), micro_size)]
+    def update(self, rows: list[int], micro: int | list[list[int]], step: int) -> dict:
+        """One optimiser step on the batch ``rows`` (training row indices), in micro-batches
+        weighted by their share of the batch; the engine's step result (``stats`` summed over
+        micro-batches, ``grad_norm``, ``skipped_steps``, ``timing``).
+
+        ``micro``: rows per micro-batch (consecutive slices of ``rows``), or the micro-batches
+        themselves (lists of row indices that together hold ``rows``, e.g. binned by tokens).
+        """
+        if isinstance(micro, int):
+            chunks = [rows[lo : lo + micro] for lo in range(0, len(rows), micro)]
+        else:
+            chunks = [list(chunk) for chunk in micro]
+            if sorted(r for chunk in chunks for r in chunk) != sorted(rows):
+                raise ValueError(f"micro-batches {chunks} do not hold the batch's rows {rows} once each")
         return self.engine.train_step(chunks, self.loss, lambda chunk: sum(self.weight_of(r) for r in chunk),
                                       self.name, step)
 

@@ -1,8 +1,9 @@
 """perf/tokens_per_s counts what goes through the model, padding left out: a demonstration's
-sequence, a pair's prompt twice with each response."""
+sequence, a pair's prompt twice with each response; in a padded batch (token-budget bins with
+model.padding_free=false) a pair is two sequences as long as its longer response."""
 
 from tether.data.tokenize import TokenizedPreference, TokenizedSFT
-from tether.loops.supervised import sequence_tokens
+from tether.loops.supervised import padded_tokens, sequence_tokens
 
 
 def test_a_demonstration_counts_its_sequence():
@@ -16,3 +17,9 @@ def test_a_pair_counts_the_prompt_with_each_response():
 
 def test_anything_else_counts_nothing():
     assert sequence_tokens(7) == 0
+
+
+def test_in_a_padded_batch_a_pair_is_two_sequences_as_long_as_its_longer_response():
+    pair = TokenizedPreference(prompt_ids=[1, 2, 3], chosen_ids=[4, 5], rejected_ids=[6, 7, 8, 9])
+    assert padded_tokens(pair) == 2 * (3 + 4)
+    assert padded_tokens(TokenizedSFT(input_ids=[1, 2, 3, 4], loss_mask=[0, 0, 1, 1])) == 4

@@ -12,6 +12,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from tether.engines.cpu.attention import use_fp32_attention
 from tether.models import last_layer
 from tether.models.forward import hidden_states, last_token_scores, response_logprobs, response_values
+from tether.models.packing import set_padding_free
 
 
 def llama_config(attn="sdpa", kv_heads=2, layers=2):
@@ -22,12 +23,15 @@ def llama_config(attn="sdpa", kv_heads=2, layers=2):
     return config
 
 
-def pair(cls=LlamaForCausalLM, **kw):
-    """(trimmed, full): the same weights; the second always runs its full forward."""
+def pair(cls=LlamaForCausalLM, padding_free=True, **kw):
+    """(trimmed, full): the same weights; the second always runs its full forward. Both pack
+    their rows (the default) or both pad."""
     torch.manual_seed(0)
     model = cls(llama_config(**kw)).eval()
     full = copy.deepcopy(model)
     last_layer.run_in_full(full)
+    for m in (model, full):
+        set_padding_free(m, padding_free)
     return model, full
 
 
@@ -43,9 +47,10 @@ def batch():
 
 
 def mlp_rows(model):
-    """Records the sequence length the last layer's MLP sees."""
+    """Records how many positions the last layer's MLP runs at (rows x sequence length)."""
     seen = []
-    model.base_model.layers[-1].mlp.register_forward_hook(lambda m, args, out: seen.append(args[0].shape[1]))
+    model.base_model.layers[-1].mlp.register_forward_hook(
+        lambda m, args, out: seen.append(args[0].shape[0] * args[0].shape[1]))
     return seen
 
 
@@ -64,16 +69,18 @@ def test_mask_rows_builds_causal_rows_when_the_model_passed_none():
     assert per_row[:, 0, 0].tolist() == [[True, False, False], [True, True, True]]
 
 
+@pytest.mark.parametrize("padding_free", [False, True], ids=["padded", "packed"])
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_trimmed_hidden_states_and_grads_match_the_full_trunk(attn):
-    model, full = pair(attn=attn)
+def test_trimmed_hidden_states_and_grads_match_the_full_trunk(attn, padding_free):
+    model, full = pair(attn=attn, padding_free=padding_free)
     ids, mask = batch()
     seen = mlp_rows(model)
     keep = slice(4, 8)
     out = hidden_states(model, ids, mask, keep=keep)
     ref = hidden_states(full, ids, mask, keep=keep)
     assert out.shape == (3, 4, 32)
-    assert seen[-1] == 4, "the last layer's MLP ran at every position"
+    # 3 rows x 4 kept positions; packed, only the 11 of them that are real (row 2 ends 1 early).
+    assert seen[-1] == (11 if padding_free else 12), "the last layer's MLP ran at every position"
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     (out.square().sum()).backward()
     (ref.square().sum()).backward()
@@ -95,19 +102,20 @@ def test_no_padding_mask_none_path_matches():
                                hidden_states(full, ids, mask, keep=keep), rtol=1e-5, atol=1e-5)
 
 
-def test_rlhf_passes_match_full_forward():
-    model, full = pair()
+@pytest.mark.parametrize("padding_free", [False, True], ids=["padded", "packed"])
+def test_rlhf_passes_match_full_forward(padding_free):
+    model, full = pair(padding_free=padding_free)
     ids, mask = batch()
     a = response_logprobs(model, ids, mask, 5, temperature=0.7, with_entropy=True)
     b = response_logprobs(full, ids, mask, 5, temperature=0.7, with_entropy=True)
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    critic, critic_full = pair(LlamaForSequenceClassification)
+    critic, critic_full = pair(LlamaForSequenceClassification, padding_free=padding_free)
     torch.testing.assert_close(response_values(critic, ids, mask, 5), response_values(critic_full, ids, mask, 5),
                                rtol=1e-5, atol=1e-5)
     seen = mlp_rows(critic)
     torch.testing.assert_close(last_token_scores(critic, ids, mask), last_token_scores(critic_full, ids, mask),
                                rtol=1e-5, atol=1e-5)
-    assert seen[-1] == 1, "the reward read one position but the last MLP ran at more"
+    assert seen[-1] == 3, "the reward read one position per row but the last MLP ran at more"
 
 
 def test_fp32_attention_under_bf16_autocast_matches_loosely():

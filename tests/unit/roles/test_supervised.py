@@ -3,6 +3,8 @@ weighted by their rows' shares, through the role's training engine."""
 
 from __future__ import annotations
 
+import pytest
+
 from tether.placement.ray_placement import primary_role
 from tether.roles.supervised import StageRoles, SupervisedModel
 
@@ -22,6 +24,19 @@ def test_update_cuts_the_rows_into_micro_batches_weighted_by_their_rows():
     role.update([3, 1, 4, 1, 5], 2, 7)
     # 5 rows in micro-batches of 2: [3, 1], [4, 1], [5]; weights 3+1, 4+1, 5.
     assert engine.calls == [([[3, 1], [4, 1], [5]], [4.0, 5.0, 5.0], "sft loss", 7)]
+
+
+def test_update_takes_the_micro_batches_it_is_given():
+    engine = RecordingEngine()
+    role = SupervisedModel(engine, loss=None, weight_of=lambda row: float(row), name="sft loss")
+    role.update([3, 1, 4, 5], [[4], [1, 3], [5]], 2)  # e.g. binned by a token budget
+    assert engine.calls == [([[4], [1, 3], [5]], [4.0, 4.0, 5.0], "sft loss", 2)]
+
+
+def test_micro_batches_that_are_not_the_batch_are_refused():
+    role = SupervisedModel(RecordingEngine(), loss=None)
+    with pytest.raises(ValueError, match="do not hold the batch's rows"):
+        role.update([3, 1, 4], [[3], [1]], 1)
 
 
 def test_evaluation_is_optional():

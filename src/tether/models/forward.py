@@ -84,32 +84,40 @@ def _trunk_kwargs(input_ids: Tensor, attention_mask: Tensor) -> dict:
 def packs(model, attention_mask: Tensor, compile: bool | str = False) -> bool:
     """Whether a pass of ``model`` over a (B, T) batch with this mask runs packed: the batch has
     padding, ``model.padding_free`` is on, the pass is not compiled (a compiled trunk keeps its
-    padded shapes) and the model's packed forward was checked (:func:`check_packing`, once)."""
+    padded shapes) and the model passed :func:`check_packing`, which runs at its first pass
+    whatever the batch (under data parallel every rank then checks at the same pass: the check's
+    forwards are collectives under FSDP)."""
     model = unwrap(model)
-    if (compile and torch.is_grad_enabled()) or not packing.padding_free(model) or bool(attention_mask.all()):
+    if (compile and torch.is_grad_enabled()) or not packing.padding_free(model):
         return False
     decided = packing.verdict(model)
-    return decided[0] if decided is not None else check_packing(model, attention_mask)
+    ok = decided[0] if decided is not None else check_packing(model)
+    return ok and not bool(attention_mask.all())
 
 
-def check_packing(model, attention_mask: Tensor, input_ids: Tensor | None = None) -> bool:
+#: The rows :func:`check_packing` runs by default: left padding, right padding, none.
+PROBE_MASK = ((0, 1, 1, 1, 1, 1), (1, 1, 0, 0, 0, 0), (0, 0, 1, 1, 1, 1), (1, 1, 1, 1, 1, 1))
+
+
+def check_packing(model, attention_mask: Tensor | None = None) -> bool:
     """Decide once whether ``model`` packs: its config allows it (:func:`tether.models.packing.static_reason`)
-    and its packed trunk matches its padded trunk (fp32, no gradients) at the real tokens of up
-    to four rows of this batch (the shortest and longest first), with random token ids."""
+    and its packed trunk matches its padded trunk (no gradients, no autocast, random token ids)
+    at the real tokens of ``attention_mask``'s rows (default :data:`PROBE_MASK`)."""
     model = unwrap(model)
     reason = packing.static_reason(model)
     if reason is not None:
         return packing.decide(model, False, reason)
-    lengths = attention_mask.sum(dim=1)
-    order = torch.argsort(lengths, stable=True).tolist()
-    picked = sorted({order[0], order[-1], *order[1:3]})
-    mask = attention_mask[picked]
-    mask = mask[:, leading_padding(mask):]
-    vocab = unwrap(model).get_input_embeddings().weight.shape[0]
+    first = next(model.parameters())
+    mask = torch.tensor(PROBE_MASK) if attention_mask is None else attention_mask
+    mask = mask.to(first.device)
+    vocab = model.get_input_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, mask.shape, generator=generator).to(mask.device)
-    device = next(model.parameters()).device.type
-    with torch.no_grad(), torch.autocast(device, enabled=False):
+    # Eval mode: no dropout, so the two forwards compare and no random draw of the run is consumed
+    # (a resumed run checks at another step than the uninterrupted one).
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), torch.autocast(first.device.type, enabled=False):
         padded = model.base_model(**_trunk_kwargs(ids, mask)).last_hidden_state.float()
         original = None
         try:
@@ -119,8 +127,10 @@ def check_packing(model, attention_mask: Tensor, input_ids: Tensor | None = None
             error = None
         except Exception as err:  # a model whose forward cannot take packed rows
             error = f"its packed forward failed: {type(err).__name__}: {err}"
+        finally:
+            model.train(was_training)
     real = mask.bool()
-    if error is None and not _close(rows.unpack(out)[real], padded[real], next(model.parameters()).dtype):
+    if error is None and not _close(rows.unpack(out)[real], padded[real], first.dtype):
         error = "its packed forward did not match its padded forward (its attention does not keep rows apart)"
     if error is not None and original is not None:
         model.set_attn_implementation(original)

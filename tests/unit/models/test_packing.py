@@ -124,11 +124,23 @@ def test_setting_defaults_on_and_follows_the_wrapped_model():
     assert not packs(model, MASK)
 
 
-def test_a_batch_without_padding_is_not_packed():
+def test_a_batch_without_padding_is_not_packed_but_the_check_runs_at_the_first_pass():
+    """The check runs at a model's first pass whatever its batch (on its own rows), so every
+    data-parallel rank checks at the same pass; a batch without padding then runs padded."""
     model = _llama()
     assert not packs(model, torch.ones(2, 4, dtype=torch.long))
-    assert packing.verdict(model) is None  # nothing decided before a batch with padding
-    assert packs(model, MASK) and packing.verdict(model) == (True, "")
+    assert packing.verdict(model) == (True, "")
+    assert packs(model, MASK)
+
+
+def test_the_check_keeps_the_training_mode_and_draws_nothing_from_the_run():
+    model = _llama(attention_dropout=0.5).train()
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    assert check_packing(model)  # in eval mode: dropout off, so padded and packed compare
+    assert model.training
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_sliding_window_attention_pads_and_says_why(caplog):

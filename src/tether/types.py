@@ -72,6 +72,7 @@ class Experience:
     rewards: Tensor  # (B, A) shaped per-token reward
     advantages: Tensor  # (B, A) advantages (whitened if configured)
     returns: Tensor  # (B, A) value targets (advantages + values before whitening)
+    is_weights: Tensor | None = None  # (B, A) off-policy correction weights of the surrogate (rollout.is_correction)
 
     def select(self, index: Tensor) -> "Experience":
         """The sub-batch of episodes ``index`` (1-D long tensor)."""

@@ -235,3 +235,29 @@ def test_a_kv_cache_too_small_for_the_context_is_one_paragraph(tiny_task, tmp_pa
         VLLMGenerationEngine(tmp_path / "long", tok)
     text = str(err.value)
     assert "KV cache is too small" in text and "needs 4.00 GiB" in text and "rollout.vllm.cpu_kvcache_gb" in text
+
+
+@pytest.mark.parametrize("mode, cap", [("tis", 1.5), ("mis", 1.0)])
+def test_off_policy_correction_weighs_the_actor_against_the_engine(tiny_task, tmp_path, mode, cap):
+    """rollout.is_correction with the engine's weights in bf16 and the actor's in fp32: the actor
+    recomputes pi_old, the engine's sampling log-probs are the behaviour policy, and the run logs the
+    weights and the share over the cap. TIS: weights near 1, not all exactly 1 (bf16 rounding); MIS
+    at cap 1 drops the tokens the engine under-rates (about half), keeping the others at 1."""
+    from tether.loops.ppo import run_ppo
+
+    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", f"rollout.is_correction={mode}",
+                                                 f"rollout.is_cap={cap}", "rollout.vllm.dtype=bfloat16"))
+    result = run_ppo(cfg)
+    exp = result["trainer"].last_experience
+    assert exp.is_weights is not None and exp.is_weights.shape == exp.logprobs.shape
+    weights = exp.is_weights[exp.rollout.response_mask.bool()]
+    if mode == "tis":
+        assert not bool((weights == 1).all()), "bf16 sampling against fp32 pi_old gives weights != 1"
+        assert float(weights.max()) <= cap
+    else:
+        assert set(weights.unique().tolist()) == {0.0, 1.0}
+    for row in result["history"]:
+        assert 0.3 < row["rollout/is_weight_mean"] <= 1.5 and 0 <= row["rollout/is_clipped_frac"] <= 1, row
+        assert (row["rollout/is_clipped_frac"] > 0.05) == (mode == "mis"), row
+    print(f"\n{mode}: is_weight_mean " + ", ".join(f"{r['rollout/is_weight_mean']:.4f}" for r in result["history"])
+          + "; is_clipped_frac " + ", ".join(f"{r['rollout/is_clipped_frac']:.3f}" for r in result["history"]))

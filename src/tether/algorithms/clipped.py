@@ -50,6 +50,8 @@ class ClippedPolicyLoss:
         ratio = token_ratio if self.ratio_level == "token" else importance_ratio(logp, mb.logprobs, m,
                                                                                 self.ratio_level)
         surrogate = asymmetric_clipped_surrogate(ratio, mb.advantages, self.clip_low, self.clip_high)
+        if mb.is_weights is not None:  # off-policy correction (rollout.is_correction): constants per token
+            surrogate = surrogate * mb.is_weights.detach()
         policy = aggregate(-surrogate, mask, self.aggregation, self.max_tokens)
         loss = policy
         stats = {}

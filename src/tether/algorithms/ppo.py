@@ -49,7 +49,7 @@ class PPOActorLoss:
         # Before any update the new and rollout policies are the same model: the loop checks
         # that the ratio is 1 on the first minibatch (wrong temperature, positions, dropout).
         deviation = torch.where(mask.bool(), (logp.detach() - mb.logprobs).exp() - 1, torch.zeros_like(logp)).abs()
-        pl = ppo_policy_loss(logp, mb.logprobs, mb.advantages, mask, self.clip)
+        pl = ppo_policy_loss(logp, mb.logprobs, mb.advantages, mask, self.clip, mb.is_weights)
         loss = pl.loss
         if self.entropy_coef > 0:
             loss = loss - self.entropy_coef * masked_mean(out.entropy, mask)

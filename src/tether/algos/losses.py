@@ -61,8 +61,12 @@ def ppo_policy_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     clip_eps: float,
+    weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """PPO-clip policy loss, all inputs (B, A); loss = -masked_mean(clipped surrogate).
+
+    ``weights``: (B, A) per-token weights of the surrogate (off-policy correction,
+    :func:`tether.algos.off_policy.is_weights`), constants of the loss; None: all 1.
 
     clipfrac = fraction of masked tokens where the clipped term is strictly smaller than the
     unclipped one, i.e. the min selects it and the token's gradient is zero (A>0 and r>1+eps,
@@ -72,7 +76,10 @@ def ppo_policy_loss(
     # Zero the log-ratio on padding so exp() cannot overflow into NaN gradients.
     log_ratio = torch.where(m, logp - old_logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
     ratio = torch.exp(log_ratio)
-    loss = -masked_mean(clipped_surrogate(ratio, advantages, clip_eps), mask)
+    surrogate = clipped_surrogate(ratio, advantages, clip_eps)
+    if weights is not None:
+        surrogate = surrogate * weights.detach()
+    loss = -masked_mean(surrogate, mask)
     with torch.no_grad():
         unclipped = ratio * advantages
         clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages

@@ -21,6 +21,7 @@ RULES = (
     "clipfrac_zero",
     "clipfrac_high",
     "eos_collapse",
+    "off_policy_drift",
 )
 
 
@@ -74,6 +75,13 @@ class HealthConfig:
     eos_rate_floor: float = option(
         0.5, "eos_collapse (warning) when the smoothed share of responses ending with EOS falls below this.",
         ge=0, le=1,
+    )
+    is_clipped_high: float = option(
+        0.05, "off_policy_drift (warning) when the smoothed share of tokens over rollout.is_cap exceeds this.",
+        ge=0, le=1,
+    )
+    is_weight_drift: float = option(
+        0.1, "off_policy_drift (warning) when the smoothed mean importance weight is off 1 by more than this.", gt=0,
     )
     hacking_window: int = option(
         10, "reward_hacking: trend window K. Fires when over the last K iterations score, length and repetition all rose.", ge=3

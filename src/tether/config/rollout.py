@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import option, section
-from tether.rollout.registry import DEFAULT_ENGINE, ENGINES
+from tether.errors import ConfigError
+from tether.rollout.registry import DEFAULT_ENGINE, ENGINES, engine_spec
 from tether.rollout.registry import help_text as engine_help
 
 
@@ -62,4 +63,33 @@ class RolloutConfig:
         "-log-prob (an unbiased estimate: vLLM returns no entropies). The lean and hf engines use "
         "rollout.capture_logprobs instead.",
     )
+    is_correction: Literal["none", "tis", "mis"] = option(
+        "none",
+        "Off-policy correction of the actor's loss when the engine's sampling distribution is not the actor's "
+        "(an engine that holds its own copy of the weights, e.g. vLLM in bf16 against an fp32 actor): each "
+        "token's surrogate weighted by pi_old/pi_engine, truncated at is_cap (tis) or dropped above it (mis); "
+        "none = no correction. Logged as rollout/is_weight_mean and rollout/is_clipped_frac.",
+    )
+    is_cap: float = option(2.0, "The importance-weight bound of rollout.is_correction.", ge=1)
     vllm: VLLMRolloutConfig = section(VLLMRolloutConfig, "The vLLM engine (rollout.engine=vllm).")
+
+
+def check_is_correction(rollout) -> None:
+    """``rollout.is_correction`` needs behaviour log-probs that are not pi_old: an engine with its own
+    copy of the weights, and pi_old recomputed by the actor (else every weight is 1: a setting that
+    would do nothing)."""
+    if rollout.is_correction == "none":
+        return
+    engine = engine_spec(rollout.engine)
+    key = f"Config key 'rollout.is_correction' = {rollout.is_correction!r}"
+    if not engine.holds_own_weights:
+        owners = ", ".join(s.name for s in ENGINES.values() if s.holds_own_weights)
+        raise ConfigError(
+            f"{key} with rollout.engine={engine.name}: that engine samples with the actor's own weights, so its "
+            f"log-probs are pi_old and every weight would be 1. The correction is for an engine that holds its own "
+            f"copy of the weights ({owners}); drop the key.")
+    if rollout.use_engine_logprobs:
+        raise ConfigError(
+            f"{key} with rollout.use_engine_logprobs=true: pi_old would then be the engine's own log-probs and "
+            "every weight 1. Let the actor recompute pi_old (rollout.use_engine_logprobs=false): the correction "
+            "weighs it against the engine's.")

@@ -29,7 +29,7 @@ from tether.config.health import HealthConfig
 from tether.config.placement import FIELDS as RESOURCE_FIELDS
 from tether.config.placement import ROLES as RL_ROLES
 from tether.config.placement import PlacementConfig
-from tether.config.rollout import RolloutConfig
+from tether.config.rollout import RolloutConfig, check_is_correction
 
 
 #: Keys that moved or were removed: old dotted key -> (new key or None, value map / why removed).
@@ -566,6 +566,7 @@ class PPOConfig:
                 "PPO's ratio is of the unfiltered one at the sampling temperature. Turn the filters off or let the "
                 "actor recompute the log-probs (rollout.use_engine_logprobs=false)."
             )
+        check_is_correction(self.rollout)
         if self.critic.shared_trunk and self.ppo.critic_warmup_iters:
             raise ConfigError(
                 f"Config key 'ppo.critic_warmup_iters' = {self.ppo.critic_warmup_iters}: with "
@@ -612,6 +613,9 @@ def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
         rules.append((("eval.every", "eval.max_prompts", "eval.judge"), "with no eval.prompts (no held-out evaluation)"))
     if not cfg.ppo.compile:
         rules.append((("ppo.compile_mode",), "with ppo.compile=false"))
+    if cfg.rollout.is_correction == "none":
+        rules.append((("rollout.is_cap", "health.is_clipped_high", "health.is_weight_drift"),
+                      "with rollout.is_correction=none (they bound and watch the correction's weights)"))
     # The registry says which settings block and which log-probs switch belong to which engine.
     engine = engine_spec(cfg.rollout.engine)
     for other in ENGINES.values():

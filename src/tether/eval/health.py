@@ -21,6 +21,9 @@ clipfrac_zero             info      clip fraction < ``clipfrac_low`` for ``clipf
                           warning   iterations in a row; warning after 3 x patience
 clipfrac_high             warning   clip fraction > ``clipfrac_high`` for ``clipfrac_patience`` in a row
 eos_collapse              warning   smoothed EOS rate < ``eos_rate_floor``
+off_policy_drift          warning   smoothed share of tokens over ``rollout.is_cap`` > ``is_clipped_high``,
+                                    or smoothed mean importance weight off 1 by > ``is_weight_drift``
+                                    (runs with ``rollout.is_correction`` only)
 ========================  ========  =====================================================
 
 "Smoothed" is the moving average of the last ``smooth_window`` finite values (batch statistics
@@ -75,6 +78,8 @@ KEYS = {
     "clipfrac": "ppo/policy/clipfrac",
     "eos": "response/eos_rate",
     "actor_trained": "ppo/actor_trained",
+    "is_clipped": "rollout/is_clipped_frac",
+    "is_weight": "rollout/is_weight_mean",
 }
 
 #: Suggested fixes: the reference texts' advice, mapped to tether's config keys.
@@ -123,6 +128,12 @@ FIXES = {
         "Responses stop ending: they run into the length cap (ref. 004: 'responses keep getting "
         "longer -> add length penalty, recalibrate RM'). Keep reward.eos_penalty on, raise kl.coef, "
         "check the reward's correlation with length."
+    ),
+    "off_policy_drift": (
+        "The engine that samples no longer matches the actor: many tokens' importance weights hit "
+        "rollout.is_cap, so the correction is discarding signal. Check the weight sync "
+        "(rollout.vllm.check_sync=true), run the engine in the actor's precision (rollout.vllm.dtype), "
+        "or lower optim.lr."
     ),
 }
 
@@ -447,6 +458,18 @@ class HealthMonitor:
         return ("warning", f"Only {eos:.0%} of responses end with EOS (mean of the last "
                 f"{self.cfg.smooth_window} iterations; floor {self.cfg.eos_rate_floor:.0%}): the rest hit "
                 "the length cap.", {"eos_rate": eos})
+
+
+    def _rule_off_policy_drift(self, iteration: int):
+        clipped, weight = self._smoothed("is_clipped"), self._smoothed("is_weight")
+        if clipped is None or weight is None:
+            return None
+        if clipped <= self.cfg.is_clipped_high and abs(weight - 1) <= self.cfg.is_weight_drift:
+            return None
+        return ("warning", f"{clipped:.1%} of tokens have an importance weight over rollout.is_cap and the mean "
+                f"weight is {weight:.3f} (means of the last {self.cfg.smooth_window} iterations; bands "
+                f"{self.cfg.is_clipped_high:.0%} and 1 ± {self.cfg.is_weight_drift:g}).",
+                {"is_clipped_frac": clipped, "is_weight_mean": weight})
 
 
 def _json_float(x: float) -> float | str:

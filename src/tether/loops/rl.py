@@ -12,6 +12,8 @@ See docs/architecture.md for an iteration traced file by file.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import time
 import warnings
@@ -19,6 +21,7 @@ import warnings
 import torch
 
 from tether.algos import kl_k1, kl_k3, masked_mean, repetition_rate, sampled_entropy_estimate
+from tether.algos.off_policy import is_stats, is_weights
 from tether.errors import TrainingError
 from tether.loops.common import Timer
 from tether.loops.micro_batches import split_by_token_budget
@@ -104,6 +107,14 @@ class RLTrainer:
             score = shape_scores(raw, rollout.ended, self.normalize, self.cfg)
             exp, algo_stats = self.algo.experience(rollout, logp, ref_logp, values, score, self.kl_ctl.value)
         mask = exp.rollout.response_mask.to(logp.device)
+        if self.cfg.rollout.is_correction != "none":  # the engine's distribution against the actor's pi_old
+            if rollout.sampled_logprobs is None:
+                raise TrainingError(f"rollout.is_correction={self.cfg.rollout.is_correction}: the "
+                                    f"{self.cfg.rollout.engine} engine returned no sampling log-probs.")
+            weights, over = is_weights(logp, rollout.sampled_logprobs.to(logp.device), mask,
+                                       self.cfg.rollout.is_correction, self.cfg.rollout.is_cap)
+            exp = dataclasses.replace(exp, is_weights=weights)
+            algo_stats = {**algo_stats, **is_stats(weights, over, mask)}
         k3 = kl_k3(logp, ref_logp)
         self.check_invariant(
             float(torch.where(mask.bool(), k3, torch.zeros_like(k3)).min()) >= -1e-5,

@@ -59,7 +59,9 @@ def run_setup(cfg, tokenizer, actor_model=None, actor=None, context: int | None 
     return EngineSetup(
         tokenizer=tokenizer, model=actor_model, path=path or cfg.model.name_or_path, context=context,
         autocast=settings.precision.autocast if settings is not None else "none",
-        decode_context=getattr(prepared, "decode_context", None), capture=captured_logprobs(cfg.rollout),
+        decode_context=getattr(prepared, "decode_context", None),
+        # The engine returns its sampling log-probs when pi_old comes from them, or for the off-policy correction.
+        capture=captured_logprobs(cfg.rollout) or getattr(cfg.rollout, "is_correction", "none") != "none",
         weights_source=getattr(actor, "sync_weights", None),
         options=dataclasses.asdict(block) if block is not None else {}, seed=cfg.run.seed)
 

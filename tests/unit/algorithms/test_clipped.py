@@ -83,3 +83,17 @@ def test_at_ratio_one_every_level_is_the_advantage():
         loss, stats = loss_fn(level)(PolicyOutput(OLD.clone()), experience())
         assert float(loss) == pytest.approx(0.0, abs=1e-7)  # -mean(-1, +1)
         assert stats["check/ratio_deviation"] == 0.0
+
+
+def test_off_policy_weights_scale_each_tokens_surrogate():
+    """rollout.is_correction's weights multiply each token's clipped surrogate: token_mean of
+    -w * surrogate with w = [0.5, 0, 2 | 1] gives (0.5 e^.5 + 0 + 2 - 1.2) / 4; weights of 1 are
+    the plain loss, bit for bit."""
+    import dataclasses
+
+    weighted = dataclasses.replace(experience(), is_weights=torch.tensor([[0.5, 0.0, 2.0], [1.0, 1.0, 1.0]]))
+    loss, _ = loss_fn("token", "token_mean")(PolicyOutput(LOGP.clone()), weighted)
+    assert float(loss) == pytest.approx((0.5 * math.exp(0.5) + 0.0 + 2.0 - 1.2) / 4, rel=1e-6)
+    ones = dataclasses.replace(experience(), is_weights=torch.ones(2, 3))
+    plain = loss_fn("token", "token_mean")(PolicyOutput(LOGP.clone()), experience())[0]
+    assert torch.equal(loss_fn("token", "token_mean")(PolicyOutput(LOGP.clone()), ones)[0], plain)

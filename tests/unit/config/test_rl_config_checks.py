@@ -61,3 +61,16 @@ def test_min_lr_ratio_with_a_constant_schedule_is_refused():
     cfg = load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
                                         "optim.schedule=cosine", "optim.min_lr_ratio=0.5"])
     assert cfg.optim.min_lr_ratio == 0.5
+
+
+def test_off_policy_correction_needs_an_engine_with_its_own_weights():
+    cfg = ppo("rollout.engine=vllm", "rollout.is_correction=tis", "rollout.is_cap=3")
+    assert (cfg.rollout.is_correction, cfg.rollout.is_cap) == ("tis", 3.0)
+    with pytest.raises(ConfigError, match="rollout.engine=lean: that engine samples with the actor's own weights"):
+        ppo("rollout.is_correction=tis")
+    with pytest.raises(ConfigError, match="rollout.use_engine_logprobs=true: pi_old would then be"):
+        ppo("rollout.engine=vllm", "rollout.use_engine_logprobs=true", "rollout.is_correction=mis")
+    with pytest.raises(ConfigError, match="rollout.is_cap"):
+        ppo("rollout.engine=vllm", "rollout.is_cap=3")  # no correction: the cap would do nothing
+    with pytest.raises(ConfigError, match="is_cap"):
+        ppo("rollout.engine=vllm", "rollout.is_correction=tis", "rollout.is_cap=0.5")

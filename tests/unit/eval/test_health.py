@@ -178,6 +178,20 @@ def test_eos_collapse() -> None:
     assert 41 <= alarm.iteration <= 44 and alarm.values["eos_rate"] < 0.5
 
 
+def test_off_policy_drift() -> None:
+    """Runs with rollout.is_correction log the weights; the rule trips when many tokens go over
+    the cap (or the mean weight drifts), and runs without those metrics never judge it."""
+    clipped = run(stream(60, rollout__is_clipped_frac=lambda it: 0.01 if it < 30 else 0.2,
+                         rollout__is_weight_mean=lambda it: 1.0))
+    (alarm,) = clipped.alarms
+    assert (alarm.name, alarm.level) == ("off_policy_drift", "warning")
+    assert 31 <= alarm.iteration <= 34 and alarm.values["is_clipped_frac"] > 0.05
+    drifted = run(stream(60, rollout__is_clipped_frac=lambda it: 0.0,
+                         rollout__is_weight_mean=lambda it: 1.0 if it < 30 else 0.8))
+    assert [a.name for a in drifted.alarms] == ["off_policy_drift"]
+    assert not run(stream(60, rollout__is_clipped_frac=lambda it: 0.01, rollout__is_weight_mean=lambda it: 0.99)).alarms
+
+
 def test_warmup_is_respected() -> None:
     rows = stream(30, objective__kl=lambda it: 50.0)
     assert [a.iteration for a in run(rows, HealthConfig(warmup_iters=10)).alarms] == [11, 11]
@@ -261,7 +275,7 @@ def test_config_block_and_validation() -> None:
         from_dict(HealthConfig, {"print_level": "debug"})
     assert set(RULES) == {"kl_barely_moved", "kl_drifting", "kl_catastrophic", "reward_hacking",
                           "entropy_collapse", "value_loss_exploding", "clipfrac_zero", "clipfrac_high",
-                          "eos_collapse"}
+                          "eos_collapse", "off_policy_drift"}
 
 
 def test_health_config_is_the_config_block() -> None:

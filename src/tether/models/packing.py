@@ -25,8 +25,8 @@ sequence format (position ids and no 2D mask):
 
 A model packs when ``model.padding_free`` is on (:func:`set_padding_free`; on for a model never
 set), its attention implementation is one of the above, it has no sliding-window attention, and
-its packed forward matched its padded forward on the first padded batch it saw
-(:func:`check`); otherwise it pads, and the first refusal says why in a warning.
+its packed forward matched its padded forward at its first pass
+(:func:`tether.models.forward.check_packing`); otherwise it pads, and says why once, in a warning.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from torch import Tensor
 
 log = logging.getLogger(__name__)
 
-#: The attention implementation switched in for a packed pass, by the model's own.
+#: The attention implementation switched in for a model that packs, by the model's own.
 PACKED_SDPA = "tether_packed_sdpa"
 PACKED_SDPA_FP32 = "tether_packed_sdpa_fp32"
 FP32_SDPA = "tether_sdpa_fp32"  # tether.engines.cpu.attention's name (engines sit above models)
@@ -262,10 +262,6 @@ def static_reason(model) -> str | None:
 def verdict(model) -> tuple[bool, str] | None:
     """(packs, reason) once decided for ``model``, else None."""
     return _VERDICT.get(_hf_model(model))
-
-
-def decided(model) -> bool:
-    return _hf_model(model) in _VERDICT
 
 
 def decide(model, packs: bool, reason: str = "") -> bool:

@@ -214,3 +214,36 @@ def assert_trimmed_if_supported(model, arch: str, where: str) -> None:
     """The Llama-layout shapes ran their last layer at the read positions only (in both modes)."""
     if arch in TRIMMED:
         assert last_layer._VERIFIED.get(unwrap(model)) is True, f"{where}: the last layer was not trimmed"
+
+
+# -- an RL experience whose ratios differ from 1 -------------------------------------------------
+
+def rl_config(name: str, *extra: str):
+    """Algorithm ``name``'s config at test size: KL as a loss term and an entropy bonus, so that
+    every term of the actor loss has a gradient; two responses per prompt where the algorithm groups."""
+    from tether.algorithms import ALGORITHMS
+    from tether.config import PPOConfig, load_config
+
+    spec = ALGORITHMS[name]
+    group = 1 if spec.needs_critic else max(2, spec.min_group_size)
+    return load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", f"algorithm={name}",
+                                         f"group.size={group}", "kl.placement=loss", "ppo.entropy_coef=0.01", *extra])
+
+
+def drifted_experience(name: str, module, ro: Rollout, cfg):
+    """Algorithm ``name``'s experience of ``ro`` under ``module``'s current log-probs moved off by
+    noise (so ratios differ from 1 and clipping engages); reference, values and scores drawn."""
+    from tether.algorithms import ALGORITHMS
+    from tether.algorithms.registry import build_algorithm
+    from tether.roles.policy import policy_forward
+
+    with torch.no_grad():
+        current = policy_forward(module, ro, TEMPERATURE, False, "none").logprobs
+    gen = torch.Generator().manual_seed(11)
+    mask = ro.response_mask
+    old = (current + 0.3 * torch.randn(current.shape, generator=gen)) * mask
+    ref = (old - 0.5 * torch.rand(current.shape, generator=gen)) * mask
+    values = torch.randn(current.shape, generator=gen) * mask if ALGORITHMS[name].needs_critic else None
+    scores = torch.randn(len(ro), generator=gen)
+    exp, _ = build_algorithm(name, cfg).experience(ro, old, ref, values, scores, kl_coef=0.05)
+    return exp

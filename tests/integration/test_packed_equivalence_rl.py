@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 from packing_helpers import (
+    drifted_experience,
+    rl_config,
     ATOL,
     MODEL_IDS,
     MODELS,
@@ -31,7 +33,6 @@ from packing_helpers import (
 from tether.algorithms import ALGORITHMS
 from tether.algorithms.registry import build_algorithm
 from tether.algos import bradley_terry_loss, masked_mean
-from tether.config import PPOConfig, load_config
 from tether.loops.reward_model import pair_scores
 from tether.loops.sft import sft_batch_loss
 from tether.models import last_layer
@@ -71,30 +72,14 @@ def test_critic_values(arch, attn):
 
 # -- each algorithm's actor loss, PPO's critic loss ---------------------------------------------
 
-def rl_config(name: str):
-    """The algorithm's config at test size: KL as a loss term and an entropy bonus, so that every
-    term of the actor loss has a gradient; two responses per prompt where the algorithm groups."""
-    spec = ALGORITHMS[name]
-    group = max(2, spec.min_group_size) if not spec.needs_critic else 1
-    return load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", f"algorithm={name}",
-                                         f"group.size={group}", "kl.placement=loss", "ppo.entropy_coef=0.01",
-                                         f"rollout.max_new_tokens={max(r for _, r in ROLLOUT_ROWS)}"])
+def config(name: str):
+    return rl_config(name, f"rollout.max_new_tokens={max(r for _, r in ROLLOUT_ROWS)}")
 
 
 def experience(name: str, module, ro: Rollout):
-    """The algorithm's experience of ``ro``: old log-probs from a padded pass, moved off the current
-    policy so that ratios differ from 1 and clipping engages; reference, values and scores drawn."""
+    """The algorithm's experience of ``ro``, its old log-probs from a padded pass."""
     set_padding_free(module, False)
-    with torch.no_grad():
-        current = policy_forward(module, ro, TEMPERATURE, False, "none").logprobs
-    gen = torch.Generator().manual_seed(11)
-    mask = ro.response_mask
-    old = (current + 0.3 * torch.randn(current.shape, generator=gen)) * mask
-    ref = (old - 0.5 * torch.rand(current.shape, generator=gen)) * mask
-    values = torch.randn(current.shape, generator=gen) * mask if ALGORITHMS[name].needs_critic else None
-    scores = torch.randn(len(ro), generator=gen)
-    exp, _ = build_algorithm(name, rl_config(name)).experience(ro, old, ref, values, scores, kl_coef=0.05)
-    return exp
+    return drifted_experience(name, module, ro, config(name))
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
@@ -105,7 +90,7 @@ def test_actor_loss_of_every_algorithm(name, arch, attn):
     lm, ro = build(arch, attn), rollout()
     module = with_value_head(lm) if ALGORITHMS[name].needs_critic else lm
     exp = experience(name, module, ro)
-    loss_fn = build_algorithm(name, rl_config(name)).actor_loss(0.05)
+    loss_fn = build_algorithm(name, config(name)).actor_loss(0.05)
     with_entropy = bool(getattr(loss_fn, "needs_entropy", False))
 
     def compute(m):
@@ -120,7 +105,7 @@ def test_actor_loss_of_every_algorithm(name, arch, attn):
 def test_ppo_critic_loss(arch, attn):
     critic, ro = build(arch, attn, scalar=True), rollout()
     exp = experience("ppo", with_value_head(build(arch, attn)), ro)
-    loss_fn = build_algorithm("ppo", rl_config("ppo")).critic_loss()
+    loss_fn = build_algorithm("ppo", config("ppo")).critic_loss()
 
     def compute(m):
         values = response_values(m, exp.rollout.sequences, exp.rollout.attention_mask, exp.rollout.num_prompt_tokens)

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from bad_input_helpers import cli
+from packing_helpers import drifted_experience, rl_config
 from stage_helpers import rm_overrides, sft_overrides
-from tether.algorithms import ALGORITHMS
 from tether.algorithms.registry import build_algorithm
-from tether.config import PPOConfig, RewardModelConfig, SFTConfig, load_config
+from tether.config import RewardModelConfig, SFTConfig, load_config
 from tether.data import collate_left, collate_right
 from tether.engines import OptimizerSpec, TrainingEngine
 from tether.loops.micro_batches import rows_by_token_budget, split_by_token_budget
@@ -29,7 +29,7 @@ from tether.loops.sft import build_sft_roles, sft_stage_inputs
 from tether.loops.supervised import padded_tokens, sequence_tokens
 from tether.metrics.logger import read_metrics
 from tether.roles.critic import ValueHead
-from tether.roles.policy import Actor, PolicyWithValueHead, policy_forward
+from tether.roles.policy import Actor, PolicyWithValueHead
 from tether.types import Rollout
 
 pytestmark = pytest.mark.slow
@@ -136,25 +136,10 @@ def rollout(seed: int = 2) -> Rollout:
                    ended=torch.ones(n, dtype=torch.bool), prompts=[""] * n, responses=[""] * n)
 
 
-def rl_config(name: str):
-    group = 1 if ALGORITHMS[name].needs_critic else 2
-    return load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", f"algorithm={name}",
-                                         f"group.size={group}", "kl.placement=loss", "ppo.entropy_coef=0.01"])
-
-
 def experience(name: str, actor: Actor, ro: Rollout):
     """The algorithm's experience of ``ro`` with old log-probs moved off the current policy (ratios
     differ from 1, clipping engages)."""
-    with torch.no_grad():
-        current = policy_forward(actor.engine.model, ro, TEMPERATURE, False, "none").logprobs
-    gen = torch.Generator().manual_seed(11)
-    mask = ro.response_mask
-    old = (current + 0.3 * torch.randn(current.shape, generator=gen)) * mask
-    ref = (old - 0.5 * torch.rand(current.shape, generator=gen)) * mask
-    values = torch.randn(current.shape, generator=gen) * mask if ALGORITHMS[name].needs_critic else None
-    scores = torch.randn(len(ro), generator=gen)
-    exp, _ = build_algorithm(name, rl_config(name)).experience(ro, old, ref, values, scores, kl_coef=0.05)
-    return exp
+    return drifted_experience(name, actor.engine.model, ro, rl_config(name))
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["padding-free", "padded"])

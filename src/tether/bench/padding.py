@@ -221,7 +221,7 @@ def rl_config(stage: str, prompts: int, response_length: int, precision: str, de
     :data:`RL_MICRO_ROWS` rows (unless the overrides size them), the benchmark's other settings."""
     from tether.bench.runner import bench_overrides
     from tether.config import PPOConfig, load_config
-    from tether.config.stages import default_group_size
+    from tether.config.rl_blocks import default_group_size
 
     episodes = prompts * default_group_size(stage)
     sized = any(o.startswith(("ppo.grad_accum_steps=", "ppo.micro_batch_tokens=", "ppo.minibatch_size="))
@@ -320,7 +320,7 @@ def run_padding_bench(stage: str, lengths: str = "demo", size: str = "small", ro
     :data:`DEFAULT_ROWS`; ``iterations``: timed steps per mode, after one warm-up step of each.
     """
     from tether.bench.runner import versions
-    from tether.config.stages import default_group_size
+    from tether.config.rl_blocks import default_group_size
     from tether.engines.cpu.describe import cpu_description
 
     if stage not in stages():

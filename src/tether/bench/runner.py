@@ -57,7 +57,8 @@ def bench_overrides(batch: int, response_length: int, epochs: int, iterations: i
                     minibatches: int = 2, seed: int = 0, algorithm: str = DEFAULT_ALGORITHM, device: str = "cpu") -> list[str]:
     """The benchmark's PPO config; a critic-free ``algorithm`` (grpo, ...) drops the critic's keys
     and samples its default group per prompt (``batch`` stays the prompts per iteration)."""
-    from tether.config.stages import algorithm_needs_critic, default_group_size
+    from tether.config.rl_blocks import default_group_size
+    from tether.config.stages import algorithm_needs_critic
 
     episodes = batch * default_group_size(algorithm)
     if episodes % minibatches:

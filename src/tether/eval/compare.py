@@ -75,7 +75,7 @@ def generated(run_dir: Path) -> dict:
     import yaml
 
     from tether.algorithms.registry import DEFAULT_ALGORITHM
-    from tether.config.stages import default_group_size
+    from tether.config.rl_blocks import default_group_size
 
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     group = (cfg.get("group") or {}).get("size") or default_group_size(cfg.get("algorithm", DEFAULT_ALGORITHM))

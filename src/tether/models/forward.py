@@ -280,14 +280,7 @@ def logprobs_from_hidden(model, hidden: Tensor, tokens: Tensor, temperature: flo
     """
     batch, length = tokens.shape
     if where is not None:
-        index = where.reshape(-1).nonzero().squeeze(1)
-        logp, entropy = logprobs_from_hidden(model, hidden.reshape(batch * length, -1)[index][None],
-                                             tokens.reshape(-1)[index][None], temperature, with_entropy, chunk)
-
-        def spread(x):  # (1, K) -> (B, A), zeros elsewhere
-            return x.new_zeros(batch * length).index_put((index,), x[0]).reshape(batch, length)
-
-        return spread(logp), spread(entropy) if entropy is not None else None
+        return logprobs_at(model, hidden[where], tokens[where], where, temperature, with_entropy, chunk)
     layer = unwrap(model).get_output_embeddings()
     chunk = logprob_chunk(layer.weight.shape[0]) if chunk is None else chunk
     if not chunk or batch * length <= chunk:
@@ -304,6 +297,19 @@ def logprobs_from_hidden(model, hidden: Tensor, tokens: Tensor, temperature: flo
     return logp, torch.cat([p[1] for p in parts]).reshape(batch, length) if with_entropy else None
 
 
+def logprobs_at(model, hidden: Tensor, tokens: Tensor, where: Tensor, temperature: float = 1.0,
+                with_entropy: bool = False, chunk: int | None = None) -> tuple[Tensor, Tensor | None]:
+    """The LM head on (K, H) hidden states only: log-probs of (K,) ``tokens`` (and entropies), placed
+    at the K true positions of the (B, A) bool ``where`` (row-major), zeros elsewhere."""
+    logp, entropy = logprobs_from_hidden(model, hidden[None], tokens[None], temperature, with_entropy, chunk)
+    index = where.reshape(-1).nonzero().squeeze(1)
+
+    def spread(x):  # (1, K) -> (B, A)
+        return x.new_zeros(where.numel()).index_put((index,), x[0]).reshape(where.shape)
+
+    return spread(logp), spread(entropy) if entropy is not None else None
+
+
 def sequence_logprobs(model, input_ids: Tensor, attention_mask: Tensor, autocast: str = "none",
                       chunk: int | None = None) -> Tensor:
     """(B, T-1) log-probs of each next token (position t predicts token t+1), as SFT's loss reads
@@ -316,9 +322,8 @@ def sequence_logprobs(model, input_ids: Tensor, attention_mask: Tensor, autocast
         hidden = _packed_trunk(lm, input_ids, rows, autocast)  # (N, H)
         slots = rows.slot.view(input_ids.shape)
         current, target = slots[:, :-1], slots[:, 1:]  # (B, T-1) packed positions, -1 on padding
-        where = (current >= 0) & (target >= 0)
-        hidden = hidden[current.clamp(min=0)]  # (B, T-1, H); padding rows read row 0, never used
-        return logprobs_from_hidden(model, hidden, input_ids[:, 1:], chunk=chunk, where=where)[0]
+        where = (current >= 0) & (target >= 0)  # a real token predicts a real token
+        return logprobs_at(model, hidden[current[where]], input_ids[:, 1:][where], where, chunk=chunk)[0]
     hidden = hidden_states(model, input_ids, attention_mask, autocast)[:, :-1]
     return logprobs_from_hidden(model, hidden, input_ids[:, 1:], chunk=chunk)[0]
 

@@ -26,13 +26,15 @@ from types import MethodType
 import torch
 from torch import Tensor
 
+from tether.models.packing import FP32_SDPA, PACKED_SDPA, PACKED_SDPA_FP32
+
 log = logging.getLogger(__name__)
 
 #: Decoder layers whose structure :func:`_forward_at` reproduces.
 LLAMA_LAYOUT = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")
 #: Attention implementations that take a 4D (B, 1, Q, K) mask (bool or additive) or None, and the
 #: packed SDPA switched in for a packed pass (:mod:`tether.models.packing`).
-MASKED_ATTENTION = ("sdpa", "eager", "tether_sdpa_fp32", "tether_packed_sdpa", "tether_packed_sdpa_fp32")
+MASKED_ATTENTION = ("sdpa", "eager", FP32_SDPA, PACKED_SDPA, PACKED_SDPA_FP32)
 
 # model -> whether its trimmed last layer matched the full one on the first batch.
 _VERIFIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

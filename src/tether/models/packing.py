@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 #: The attention implementation switched in for a model that packs, by the model's own.
 PACKED_SDPA = "tether_packed_sdpa"
 PACKED_SDPA_FP32 = "tether_packed_sdpa_fp32"
-FP32_SDPA = "tether_sdpa_fp32"  # tether.engines.cpu.attention's name (engines sit above models)
+FP32_SDPA = "tether_sdpa_fp32"  # tether.engines.cpu.attention's fp32 SDPA under CPU bf16 autocast
 SWITCHED = {"sdpa": PACKED_SDPA, FP32_SDPA: PACKED_SDPA_FP32}
 #: Implementations whose packed-sequence support transformers provides from the position ids.
 NATIVE = ("flash_attention_2", "flash_attention_3", "flex_attention", "eager")
@@ -232,18 +232,24 @@ def packed_sdpa(module, query: Tensor, key: Tensor, value: Tensor, attention_mas
     return _grouped_attention(query, key, value, tether_packing, dropout, scaling), None
 
 
-def packed_sdpa_fp32(module, query: Tensor, key: Tensor, value: Tensor, attention_mask, **kwargs):
-    """:func:`packed_sdpa` computed in fp32 under autocast (the packed twin of tether's CPU fp32
-    SDPA, :mod:`tether.engines.cpu.attention`)."""
+def attention_in_fp32(attention, module, query: Tensor, key: Tensor, value: Tensor, attention_mask, **kwargs):
+    """``attention`` (a transformers attention function) computed in fp32 whatever the autocast
+    dtype of q, k, v, its output cast back to that dtype; as it is without autocast."""
     device = query.device.type
     if not torch.is_autocast_enabled(device):
-        return packed_sdpa(module, query, key, value, attention_mask, **kwargs)
+        return attention(module, query, key, value, attention_mask, **kwargs)
     dtype = torch.get_autocast_dtype(device)
     if attention_mask is not None and attention_mask.is_floating_point():
         attention_mask = attention_mask.float()
     with torch.autocast(device, enabled=False):
-        out, weights = packed_sdpa(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
+        out, weights = attention(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
     return out.to(dtype), weights
+
+
+def packed_sdpa_fp32(module, query: Tensor, key: Tensor, value: Tensor, attention_mask, **kwargs):
+    """:func:`packed_sdpa` computed in fp32 under autocast (the packed twin of tether's CPU fp32
+    SDPA, :mod:`tether.engines.cpu.attention`)."""
+    return attention_in_fp32(packed_sdpa, module, query, key, value, attention_mask, **kwargs)
 
 
 def static_reason(model) -> str | None:

@@ -1,4 +1,4 @@
-"""The RL config's checks of the KL block and the policy loss (config/stages.py)."""
+"""The RL config's checks of the KL block and the policy loss (config/rl_blocks.py, config/stages.py)."""
 
 from __future__ import annotations
 

@@ -4,9 +4,7 @@ CUDA the model's own attention (SDPA / flash) is kept."""
 
 from __future__ import annotations
 
-import torch
-
-FP32_ATTENTION = "tether_sdpa_fp32"
+from tether.models.packing import FP32_SDPA as FP32_ATTENTION
 
 
 def _sdpa_fp32(module, query, key, value, attention_mask, **kwargs):
@@ -17,15 +15,9 @@ def _sdpa_fp32(module, query, key, value, attention_mask, **kwargs):
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    device = query.device.type
-    if not torch.is_autocast_enabled(device):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    dtype = torch.get_autocast_dtype(device)
-    if attention_mask is not None and attention_mask.is_floating_point():
-        attention_mask = attention_mask.float()
-    with torch.autocast(device, enabled=False):
-        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
-    return out.to(dtype), weights
+    from tether.models.packing import attention_in_fp32
+
+    return attention_in_fp32(sdpa_attention_forward, module, query, key, value, attention_mask, **kwargs)
 
 
 def use_fp32_attention(model) -> bool:

@@ -1,0 +1,269 @@
+"""The blocks of the RL stages' config (the PPO family): the reward source, the critic and its
+optimiser, the actor's optimiser, group sampling, the policy loss, the KL, the ``ppo`` block,
+the CPU speedups and held-out evaluation. :class:`tether.config.stages.PPOConfig` holds them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tether.algorithms.registry import algorithm_spec
+from tether.config.base import FLOAT32_MAX, option, section
+from tether.config.common import MICRO_BATCH_TOKENS_HELP, CPUConfig, LoRAConfig, OptimizerConfig, check_micro_batches
+from tether.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RewardSourceConfig:
+    """Where PPO's sequence score comes from."""
+
+    models: list[str] = option(
+        factory=list, help="Reward model checkpoints; several make an ensemble.", path=True
+    )
+    callable: str | None = option(
+        None, "A python reward `module:function(prompts, responses) -> list[float]` instead."
+    )
+    url: str | None = option(
+        None, "A reward server's URL (`tether serve --reward-model ...`): score via its POST /v1/rewards instead."
+    )
+    api_key: str | None = option(
+        None, "API key for reward.url; it is saved in config.yaml, so prefer null and the TETHER_API_KEY variable."
+    )
+    combine: Literal["mean", "min", "mean_minus_std"] = option(
+        "mean", "How an ensemble's scores combine ('trust only the consensus')."
+    )
+    std_coef: float = option(1.0, "k in mean - k*std for combine=mean_minus_std.", ge=0)
+    normalize: Literal["none", "first_batch", "running"] = option(
+        "none", "Scale scores by the first rollout's or a running mean/std."
+    )
+    clip: float | None = option(None, "Clip the (normalised) score to [-clip, clip].", gt=0)
+    eos_penalty: float | None = option(
+        -1.0, "Score given to responses that never emitted EOS; null = keep the RM score."
+    )
+
+    def validate(self) -> None:
+        given = [name for name, set_ in (("reward.models", bool(self.models)), ("reward.callable", bool(self.callable)),
+                                         ("reward.url", bool(self.url))) if set_]
+        if not given:
+            raise ConfigError(
+                "Config block 'reward' needs 'reward.models' (checkpoints), 'reward.callable' or 'reward.url'."
+            )
+        if len(given) > 1:
+            raise ConfigError(f"Config block 'reward': set one of 'reward.models', 'reward.callable' or "
+                              f"'reward.url', not {' and '.join(repr(g) for g in given)}.")
+
+
+@dataclass(frozen=True)
+class ActorOptimConfig(OptimizerConfig):
+    """The RL actor's optimiser block: constant after the warm-up by default, as PPO-RLHF runs it."""
+
+    schedule: Literal["cosine", "linear", "constant"] = option(
+        "constant", "Decay after warm-up over the run's optimiser steps: cosine/linear to min_lr_ratio*lr, or "
+                    "constant.")
+
+
+@dataclass(frozen=True)
+class CriticOptimConfig(ActorOptimConfig):
+    """The critic's optimiser block: the actor's keys, a larger default learning rate."""
+
+    lr: float = option(2e-4, "Peak learning rate.", gt=0, lt=FLOAT32_MAX)
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    """The value model."""
+
+    init: Literal["reward", "policy"] = option(
+        "reward",
+        "reward = start from a trained scalar head: critic.path, else the first reward model (a checkpoint "
+        "without one is an error); policy = a fresh value head (std 0.02) on critic.path, else the SFT model.",
+    )
+    path: str | None = option(None, "Explicit checkpoint; default: first reward model or the policy.", path=True)
+    optim: CriticOptimConfig = section(CriticOptimConfig, "The critic's optimiser and schedule (the actor's is optim).")
+    shared_trunk: bool = option(
+        False,
+        "A different model: the critic is a value head (zero-initialised) on the actor's own trunk, "
+        "as in lm-human-preferences, instead of a separate scalar-head model. The value loss then "
+        "trains the actor's trunk too, and one forward/backward pass per minibatch serves both "
+        "losses, about half the update's work. critic.init and critic.path do not apply; the "
+        "checkpoint's critic/ holds the value head alone (value_head.safetensors). On the demo "
+        "task it learned less than the default critic (docs/performance.md).",
+    )
+    lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the critic, its value head trained in full (r = 0: off).")
+    strategy: Literal["ddp", "fsdp"] | None = option(
+        None, "The critic's data-parallel strategy under torchrun; null = distributed.strategy.")
+    gradient_checkpointing: bool = option(
+        False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
+               "memory, ~30% more compute. Same losses and gradients.",
+    )
+
+
+def default_group_size(algorithm: str) -> int:
+    """Responses per prompt when ``group.size`` is null: the algorithm's own default (registry)."""
+    return algorithm_spec(algorithm).default_group_size
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Responses per prompt: GRPO's group, RLOO's k (docs/algorithms.md)."""
+
+    size: int | None = option(
+        None, "Responses sampled per prompt (rows of one prompt are consecutive). null = the algorithm's "
+              "default (docs/algorithms.md: 4 for the group baselines, which need at least 2; else 1).", ge=1)
+    scale_by_std: bool = option(
+        True, "GRPO: divide each group's centred rewards by their std (Shao et al. 2024); false = Dr. GRPO "
+              "(Liu et al. 2025), centring only.")
+
+
+@dataclass(frozen=True)
+class PolicyLossConfig:
+    """The critic-free algorithms' actor loss (grpo, rloo, reinforce_pp; ppo uses ppo.clip)."""
+
+    clip_low: float | None = option(None, "Lower ratio clip: r >= 1 - clip_low; null = ppo.clip.", gt=0, lt=1)
+    clip_high: float | None = option(
+        None, "Upper ratio clip: r <= 1 + clip_high; null = ppo.clip (DAPO's clip-higher uses 0.28).", gt=0)
+    aggregation: Literal["token_mean", "sequence_mean", "fixed_normalizer"] = option(
+        "token_mean", "How per-token losses become one: token_mean (DAPO: every token alike), sequence_mean "
+                      "(GRPO paper: every response alike), fixed_normalizer (Dr. GRPO: sum / (responses x "
+                      "rollout.max_new_tokens)).")
+    ratio_level: Literal["token", "sequence", "sequence_product"] = option(
+        "token", "The importance ratio pi/pi_old that is clipped: token (one per token, PPO and GRPO), sequence "
+                 "(one per response, the geometric mean of its token ratios: GSPO), sequence_product (one per "
+                 "response, pi(y)/pi_old(y): TRL's RLOOTrainer). A response's ratio is clipped as one.")
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    """The KL leash to the reference model: one explicit block."""
+
+    estimator: Literal["k1", "k2", "k3"] | None = option(
+        None, "Per-token KL estimator used for training. null = k1 with kl.placement=reward, k3 with "
+              "kl.placement=loss (k1 has no gradient as a loss term: docs/algorithms.md).")
+    placement: Literal["reward", "loss"] = option(
+        "reward", "Subtract beta*KL in the per-token reward, or add it to the policy loss."
+    )
+    controller: Literal["fixed", "adaptive"] = option("fixed", "Fixed beta or adaptive (target KL).")
+    coef: float = option(0.05, "beta; the initial value when adaptive.", ge=0)
+    target: float = option(6.0, "Adaptive: target KL per sequence (nats).", gt=0)
+    horizon: int = option(10000, "Adaptive: horizon in episodes.", ge=1)
+
+    def __post_init__(self) -> None:
+        # The estimator's default follows the placement, so the saved config names the one used.
+        if self.estimator is None:
+            object.__setattr__(self, "estimator", "k3" if self.placement == "loss" else "k1")
+
+    def validate(self) -> None:
+        if self.placement == "loss" and self.estimator == "k1":
+            raise ConfigError(
+                "Config key 'kl.estimator' = 'k1' with kl.placement=loss: as a loss term k1 = log(pi/pi_ref) has "
+                "zero expected gradient on the policy's own samples (E_pi[grad log pi] = 0), so it would pull "
+                "nothing towards the reference. Use kl.estimator=k3 (GRPO's, the default with kl.placement=loss) "
+                "or k2 (its gradient is the reverse KL's), or keep k1 in the reward (kl.placement=reward)."
+            )
+
+
+# bf16 rounding moves a trained model's logits by a few hundredths. With the LM head inside
+# autocast (the HF engine; the lean loop keeps it in fp32) the largest token ratio between
+# the captured (decode-time) and a fresh bf16 forward on the demo task was 2-5e-2 every iteration
+# (measured, 100 iterations); the lean loop's fp32 head brings it to ~3e-3 (the trunk's rounding
+# alone). The tolerance stays wide enough for both engines: the bugs this check catches (wrong
+# temperature, positions, dropout) move ratios by O(1).
+BF16_RATIO_TOLERANCE = 1e-1
+
+
+@dataclass(frozen=True)
+class PPOAlgoConfig:
+    """The PPO update."""
+
+    iterations: int = option(100, "PPO iterations (rollout + update).", ge=1)
+    epochs: int = option(4, "Passes over each rollout batch.", ge=1)
+    minibatch_size: int = option(64, "Episodes per optimiser step.", ge=1)
+    grad_accum_steps: int = option(1, "Micro-batches per minibatch (memory only).", ge=1)
+    micro_batch_tokens: int | None = option(None, MICRO_BATCH_TOKENS_HELP, ge=1)
+    clip: float = option(0.2, "Policy ratio clip epsilon.", gt=0)
+    value_clip: float | None = option(0.2, "Value clip range around old values; null = off.", gt=0)
+    vf_coef: float = option(0.1, "Value-loss coefficient.", gt=0)
+    entropy_coef: float = option(0.0, "Entropy bonus coefficient.", ge=0)
+    gamma: float = option(1.0, "Discount.", ge=0, le=1)
+    lam: float = option(0.95, "GAE lambda.", ge=0, le=1)
+    whiten_advantages: bool = option(True, "Whiten advantages over the batch.")
+    target_approx_kl: float | None = option(
+        None, "Stop an iteration's epochs early when approx-KL to the rollout policy exceeds this.", gt=0
+    )
+    critic_warmup_iters: int = option(0, "First K iterations train only the critic.", ge=0)
+    fused_optimizer: bool = option(
+        True, "AdamW's fused kernel: one pass over each parameter instead of ~10 (same update up to rounding)."
+    )
+    trim_last_layer: bool = option(
+        True,
+        "Run each model's last decoder layer only at the positions PPO reads (response positions "
+        "for log-probs and values, the last token for the reward); its keys and values still cover "
+        "every position. Same outputs up to float summation order, ~10% fewer FLOPs per pass at "
+        "the bench's shapes. Llama-layout models only (checked once per model against the full "
+        "forward); others always run in full.",
+    )
+    compile: bool = option(
+        False,
+        "torch.compile the actor's and critic's trunk for the update's forward and backward (fused "
+        "elementwise kernels). Needs a C++ compiler; the first iteration pays the compilation "
+        "(minutes on a laptop CPU, cached on disk for later runs). The actor's and the critic's passes "
+        "then run one after the other (cpu.parallel_roles is ignored).",
+    )
+    compile_mode: Literal["default", "max-autotune"] = option(
+        "default",
+        "With ppo.compile: 'default' fuses the elementwise ops; 'max-autotune' also lets inductor time "
+        "its own GEMM kernels against ATen's and keep the faster (longer first compilation; on the "
+        "2-core bench CPU it measured no faster than 'default', GPUs may differ).",
+    )
+    ratio_tolerance: float = option(
+        1e-3,
+        "Invariant: |ratio - 1| on the first minibatch must stay below this (at least 0.1 under "
+        "run.precision=bf16 or fp16, whose rounding alone moves a trained model's ratios by 2-5e-2).",
+        gt=0,
+    )
+    on_invariant: Literal["warn", "error"] = option(
+        "warn", "What a broken invariant (ratio, k3 < 0) does: warn or stop."
+    )
+
+    def validate(self) -> None:
+        if self.minibatch_size % self.grad_accum_steps:
+            raise ConfigError(
+                f"Config key 'ppo.grad_accum_steps' = {self.grad_accum_steps}: must divide "
+                f"ppo.minibatch_size = {self.minibatch_size}."
+            )
+        check_micro_batches("ppo.micro_batch_tokens", self.micro_batch_tokens, self.grad_accum_steps)
+
+
+@dataclass(frozen=True)
+class PPOCPUConfig(CPUConfig):
+    """CPU-only speedups of PPO's models (docs/performance.md). No effect on other devices."""
+
+    linear_backend: Literal["auto", "onednn", "aten"] = option(
+        "auto",
+        "Where the models' fp32 linear layers run on CPU: 'onednn' = oneDNN's matmul for the forward "
+        "and input-gradient products of 4M+ multiply-accumulates (in the decode loop with each "
+        "weight packed once per rollout), aten for the rest; 'aten' = PyTorch's default BLAS (MKL on "
+        "x86) throughout; 'auto' = whichever measured faster on this CPU vendor: onednn on AMD "
+        "(5-30% faster products on an EPYC Zen 4); on Intel aten in fp32 (MKL as fast or faster on "
+        "a Xeon with AMX) and onednn under bf16 autocast (its packed bf16 decode); aten on CPUs never "
+        "measured. Same products up to summation order. Under bf16 autocast the decode loop packs bf16 "
+        "copies of the same weights; the update's bf16 products and ppo.compile use aten.",
+    )
+    parallel_roles: bool = option(
+        True,
+        "With 2+ torch threads, run the actor's and the critic's update passes side by side in two "
+        "threads, each with half the torch threads. Same maths (separate models, losses and "
+        "optimisers); faster because one stream of small-batch ops leaves cores idle between "
+        "kernels (~15% per iteration at the bench's small size). Not with ppo.compile (compiling in "
+        "two threads at once can deadlock).",
+    )
+
+
+@dataclass(frozen=True)
+class PPOEvalConfig:
+    """Held-out evaluation during and after PPO."""
+
+    prompts: str | None = option(None, "Held-out prompts file; null = no evaluation.", path=True)
+    every: int = option(0, "Evaluate every this many iterations (0 = only at the end).", ge=0)
+    max_prompts: int = option(128, "Use at most this many held-out prompts.", ge=1)
+    judge: str | None = option(None, "Gold judge `module:function(prompt, response, ended)`.")

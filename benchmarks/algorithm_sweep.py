@@ -18,7 +18,7 @@ import concurrent.futures as futures
 import sys
 from pathlib import Path
 
-from tether.compare import METHODS, method_args, run_method
+from tether.compare import method_args, methods, run_method
 from tether.eval.compare import measure
 from tether.plots.compare import compare_plot, compare_table
 from tether.runs import write_json
@@ -26,8 +26,8 @@ from tether.runs import write_json
 
 def parse(setting: str) -> tuple[str, str, list[str]]:
     label, method, *rest = setting.split(":")
-    if method not in METHODS:
-        sys.exit(f"{setting!r}: the method must be one of {', '.join(METHODS)}")
+    if method not in methods():
+        sys.exit(f"{setting!r}: the method must be one of {', '.join(methods())}")
     overrides = [kv for kv in ",".join(rest).split(",") if kv]
     return label, method, overrides
 

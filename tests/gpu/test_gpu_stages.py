@@ -53,6 +53,18 @@ def test_grpo_one_iteration_lora_checkpointing_bf16(gpu_task, tmp_path):
     check_run(out, "objective/score")
 
 
+def test_asynchronous_ppo_samples_on_the_device_in_a_worker(gpu_task, tmp_path):
+    """rollout.max_staleness=1: the worker process keeps its copy on the actor's device; at
+    staleness 0 its log-probs are the actor's (TIS weights of 1 up to the device's rounding)."""
+    out = tmp_path / "ppo-async"
+    assert main(["ppo", *rl_args(gpu_task, out, "critic.init=policy", "rollout.batch_size=8", "ppo.minibatch_size=4",
+                                 "ppo.iterations=2", "rollout.max_staleness=1", "rollout.is_correction=tis")]) == 0
+    check_run(out, "objective/score")
+    logged = [r for r in rows(out) if "rollout/staleness_max" in r]
+    assert [r["rollout/staleness_max"] for r in logged] == [0.0, 1.0]
+    assert abs(logged[0]["rollout/is_weight_mean"] - 1) < 1e-3
+
+
 def test_dpo_steps(gpu_task, tmp_path):
     task, out = gpu_task["task"], tmp_path / "dpo"
     assert main(["dpo", *stage_args(out), f"model.name_or_path={gpu_task['qwen2']}",

@@ -49,6 +49,10 @@ def register(sub) -> None:
                    help="Iterations; the first is a warm-up. With --stage: timed steps per mode, after a "
                         "warm-up step of each.")
     p.add_argument("--threads", type=int, default=0, help="torch threads; 0 keeps torch's default.")
+    p.add_argument("--max-staleness", type=int, default=0, metavar="K",
+                   help="rollout.max_staleness: 0 (default) = the synchronous loop; K >= 1 = the next rollouts are "
+                        "sampled by a worker process (rollout.worker_threads threads, 1 by default) while the "
+                        "trainer (--threads) trains.")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=1,
                    help="Run the benchmark this many times (fresh models each) and report medians over runs.")
@@ -141,6 +145,8 @@ def _run(args, source=None, device=None) -> dict:
     from tether.config.stages import algorithm_needs_critic
 
     critic = algorithm_needs_critic(args.algorithm)
+    if args.max_staleness:
+        args.overrides = [f"rollout.max_staleness={args.max_staleness}", *args.overrides]
     if args.lora:
         args.overrides = [f"lora.r={args.lora}", *([f"critic.lora.r={args.lora}"] if critic else []), *args.overrides]
     if args.grad_ckpt:
@@ -184,7 +190,7 @@ ITERATION_ONLY = (("--model", "model", None), ("--write-model", "write_model", N
                   ("--algorithm", "algorithm", DEFAULT_ALGORITHM), ("--response-length", "response_length", None),
                   ("--epochs", "epochs", None), ("--repeat", "repeat", 1), ("--lora", "lora", 0),
                   ("--grad-ckpt", "grad_ckpt", False), ("--profile", "profile", False),
-                  ("--scaling", "scaling", False))
+                  ("--scaling", "scaling", False), ("--max-staleness", "max_staleness", 0))
 
 
 def run_stage_bench(args) -> int:

@@ -71,7 +71,42 @@ class RolloutConfig:
         "none = no correction. Logged as rollout/is_weight_mean and rollout/is_clipped_frac.",
     )
     is_cap: float = option(2.0, "The importance-weight bound of rollout.is_correction.", ge=1)
+    max_staleness: int = option(
+        0,
+        "Asynchronous RL: 0 = sample each iteration's responses, then train on them (the synchronous loop); "
+        "k >= 1 = a worker process with its own copy of the weights samples the next iterations' responses "
+        "while this one trains, from weights at most k updates older than the ones that train on them "
+        "(logged as rollout/staleness_mean and rollout/staleness_max). The actor recomputes pi_old; "
+        "rollout.is_correction weighs it against the worker's log-probs.",
+        ge=0,
+    )
+    worker_threads: int = option(
+        1, "rollout.max_staleness >= 1: torch threads of the sampling worker process (the trainer keeps its own).",
+        ge=1)
     vllm: VLLMRolloutConfig = section(VLLMRolloutConfig, "The vLLM engine (rollout.engine=vllm).")
+
+
+def check_max_staleness(rollout, placement) -> None:
+    """``rollout.max_staleness`` >= 1 runs the configured engine in a worker process of its own: an
+    engine that samples the model it is given (lean, hf), beside the one actor process (local, or a
+    Ray actor group of one worker)."""
+    if rollout.max_staleness == 0:
+        return
+    engine = engine_spec(rollout.engine)
+    key = f"Config key 'rollout.max_staleness' = {rollout.max_staleness}"
+    if engine.holds_own_weights:
+        workers = ", ".join(s.name for s in ENGINES.values() if not s.holds_own_weights)
+        raise ConfigError(
+            f"{key} with rollout.engine={engine.name}: asynchronous sampling runs the engine in a worker process "
+            f"over its own copy of the weights, which is built for the engines that sample a model they are given "
+            f"({workers}); the {engine.title} engine samples in the trainer's turn. Use one of those engines or "
+            "rollout.max_staleness=0.")
+    workers = placement.ray.resources("actor").num_workers if placement.backend == "ray" else 1
+    if workers > 1:
+        raise ConfigError(
+            f"{key} with placement.ray.roles.actor.num_workers={workers}: the sampling worker samples whole "
+            "rollouts beside one actor process; data-parallel actor groups do not yet sample ahead. Use one actor "
+            "worker or rollout.max_staleness=0.")
 
 
 def check_is_correction(rollout) -> None:
@@ -82,12 +117,13 @@ def check_is_correction(rollout) -> None:
         return
     engine = engine_spec(rollout.engine)
     key = f"Config key 'rollout.is_correction' = {rollout.is_correction!r}"
-    if not engine.holds_own_weights:
+    if not engine.holds_own_weights and rollout.max_staleness == 0:
         owners = ", ".join(s.name for s in ENGINES.values() if s.holds_own_weights)
         raise ConfigError(
             f"{key} with rollout.engine={engine.name}: that engine samples with the actor's own weights, so its "
             f"log-probs are pi_old and every weight would be 1. The correction is for an engine that holds its own "
-            f"copy of the weights ({owners}); drop the key.")
+            f"copy of the weights ({owners}) or for asynchronous sampling (rollout.max_staleness >= 1); "
+            "drop the key.")
     if rollout.use_engine_logprobs:
         raise ConfigError(
             f"{key} with rollout.use_engine_logprobs=true: pi_old would then be the engine's own log-probs and "

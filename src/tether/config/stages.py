@@ -27,7 +27,7 @@ from tether.config.health import HealthConfig
 from tether.config.placement import FIELDS as RESOURCE_FIELDS
 from tether.config.placement import ROLES as RL_ROLES
 from tether.config.placement import PlacementConfig
-from tether.config.rollout import RolloutConfig, check_is_correction
+from tether.config.rollout import RolloutConfig, check_is_correction, check_max_staleness
 from tether.config.rl_blocks import (
     BF16_RATIO_TOLERANCE,
     ActorOptimConfig,
@@ -320,6 +320,7 @@ class PPOConfig:
                 "actor recompute the log-probs (rollout.use_engine_logprobs=false)."
             )
         check_is_correction(self.rollout)
+        check_max_staleness(self.rollout, self.placement)
         if self.critic.shared_trunk and self.ppo.critic_warmup_iters:
             raise ConfigError(
                 f"Config key 'ppo.critic_warmup_iters' = {self.ppo.critic_warmup_iters}: with "
@@ -369,6 +370,8 @@ def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
     if cfg.rollout.is_correction == "none":
         rules.append((("rollout.is_cap", "health.is_clipped_high", "health.is_weight_drift"),
                       "with rollout.is_correction=none (they bound and watch the correction's weights)"))
+    if cfg.rollout.max_staleness == 0:
+        rules.append((("rollout.worker_threads",), "with rollout.max_staleness=0 (no sampling worker)"))
     # The registry says which settings block and which log-probs switch belong to which engine.
     engine = engine_spec(cfg.rollout.engine)
     for other in ENGINES.values():

@@ -25,6 +25,7 @@ from tether.algos.off_policy import is_stats, is_weights
 from tether.errors import TrainingError
 from tether.loops.common import Timer
 from tether.loops.micro_batches import split_by_token_budget
+from tether.loops.rollout_pipeline import RolloutPipeline, sampled_stats
 from tether.loops.rl_setup import (
     PromptSet,
     ScoreNormalizer,
@@ -59,7 +60,12 @@ class RLTrainer:
         self.last_ratio_deviation = float("nan")
         self.last_sync_diff = float("nan")
         self.last_experience: Experience | None = None
+        self.last_version: int | None = None  # the weights version that sampled the last rollout (async)
         self.rollout_engine = engine_spec(cfg.rollout.engine)  # what the generation engine declares
+        # rollout.max_staleness >= 1: a worker with its own weights samples ahead (the "sampler" role).
+        self.pipeline = RolloutPipeline(
+            role(placement, "sampler"), cfg.rollout.max_staleness, self.next_prompts,
+            lambda i: iteration_seed(cfg.run.seed, i), self.sampling) if cfg.rollout.max_staleness else None
         if self.rollout_engine.holds_own_weights:
             self.sync_weights(Timer())  # the engine starts from the checkpoint on disk: give it the actor's
 
@@ -69,8 +75,9 @@ class RLTrainer:
         torch.manual_seed(iteration_seed(self.cfg.run.seed, self.iteration))
         timer, t0 = Timer(), time.perf_counter()
         with timer("rollout"):
-            rollout = self.rollout.generate(*self.next_prompts(), self.sampling)
+            rollout, sampled = self.sample()
         experience, stats = self.make_experience(rollout, timer)
+        stats.update(sampled)
         with timer("update"):
             stats.update(self.update(experience))
         self.sync_weights(timer)
@@ -81,13 +88,25 @@ class RLTrainer:
         stats["timing/iteration"] = time.perf_counter() - t0
         if not math.isnan(self.last_sync_diff):  # checked (the engine block's check_sync)
             stats["rollout/sync_logprob_diff"] = self.last_sync_diff
-        stats["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(timer.times["timing/rollout"], 1e-9)
+        sampling_s = stats.get("timing/engine_generate", timer.times["timing/rollout"])
+        stats["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(sampling_s, 1e-9)
         return stats
 
-    def next_prompts(self) -> tuple[list[list[int]], list[str]]:
-        """This iteration's slice of an endless sequence of shuffled passes over the prompts, each
-        repeated ``samples_per_prompt`` times (a group's rows are consecutive)."""
-        idx = prompt_indices(len(self.prompts.ids), self.cfg.rollout.batch_size, self.iteration, self.cfg.run.seed)
+    def sample(self) -> tuple[Rollout, dict]:
+        """This iteration's rollout, sampled now; or, with ``rollout.max_staleness`` >= 1, the one the
+        sampling worker sampled ahead, with its staleness and the waits on either side."""
+        if self.pipeline is None:
+            return self.rollout.generate(*self.next_prompts(), self.sampling), {}
+        t0 = time.perf_counter()
+        got = self.pipeline.take(self.iteration)
+        self.last_version = got.version
+        return got.rollout, sampled_stats(self.iteration, got, waited=time.perf_counter() - t0)
+
+    def next_prompts(self, iteration: int | None = None) -> tuple[list[list[int]], list[str]]:
+        """Iteration ``iteration``'s (default: this one's) slice of an endless sequence of shuffled
+        passes over the prompts, each repeated ``samples_per_prompt`` times (a group's rows are consecutive)."""
+        iteration = self.iteration if iteration is None else iteration
+        idx = prompt_indices(len(self.prompts.ids), self.cfg.rollout.batch_size, iteration, self.cfg.run.seed)
         idx = [i for i in idx for _ in range(self.algo.samples_per_prompt)]
         return [self.prompts.ids[i] for i in idx], [self.prompts.texts[i] for i in idx]
 
@@ -173,7 +192,11 @@ class RLTrainer:
 
     def sync_weights(self, timer: Timer) -> None:
         """Load the actor's new weights into a generation engine that holds its own copy (where
-        the engine runs: it pulls them from the actor), and check them when its settings ask."""
+        the engine runs: it pulls them from the actor), and check them when its settings ask; with a
+        sampling worker, send them to it tagged with their version (the updates behind them)."""
+        if self.pipeline is not None:
+            with timer("weight_sync"):
+                self.pipeline.push(self.iteration + 1)
         if self.rollout_engine.holds_own_weights:
             with timer("weight_sync"):
                 self.rollout.sync_weights()
@@ -209,6 +232,8 @@ class RLTrainer:
                  "normalize": self.normalize.state_dict()}
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
+        if self.pipeline is not None:  # the rollouts sampled ahead: a resumed run trains on these
+            state["rollouts"] = self.pipeline.state_dict(self.iteration)
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -218,6 +243,9 @@ class RLTrainer:
             self.critic.load_state_dict(state["critic"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.normalize.load_state_dict(state["normalize"])
+        if self.pipeline is not None:
+            self.pipeline.load_state_dict(state.get("rollouts", {"next": self.iteration, "rollouts": []}))
+            self.pipeline.push(self.iteration)  # the worker samples from the resumed weights on
 
     # -- invariants -------------------------------------------------------------------------
     def check_ratio(self, deviation: float) -> None:

@@ -39,12 +39,14 @@ def tqdm_write(text: str) -> None:
         tqdm.write(text, file=sys.stderr)
 
 
-def sample_rows(iteration: int, exp: Experience, n: int) -> list[dict]:
-    """A few (prompt, response, score) rows of a rollout for ``samples.jsonl`` and the report."""
+def sample_rows(iteration: int, exp: Experience, n: int, version: int | None = None) -> list[dict]:
+    """A few (prompt, response, score) rows of a rollout for ``samples.jsonl`` and the report;
+    ``version``: the weights version that sampled it (asynchronous runs), recorded on each row."""
     ro = exp.rollout
+    tag = {} if version is None else {"version": version}
     return [
         {"iteration": iteration, "prompt": ro.prompts[i], "response": ro.responses[i],
-         "score": float(exp.scores[i]), "ended": bool(ro.ended[i])}
+         "score": float(exp.scores[i]), "ended": bool(ro.ended[i]), **tag}
         for i in range(min(n, len(ro.prompts)))
     ]
 
@@ -103,7 +105,7 @@ class RLBody:
             logger.log_table("alarms", it, [alarm.to_dict() for alarm in alarms])
             if it == 1 or last or it % cfg.run.log_every == 0:
                 logger.log(it, stats)
-                rows = sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG)
+                rows = sample_rows(it, trainer.last_experience, SAMPLES_PER_LOG, trainer.last_version)
                 samples.write_many(rows)
                 logger.log_table("samples", it, rows)
             bar.update(1)

@@ -124,8 +124,9 @@ class RayPlacement:
                 self.groups.append(group)
                 for name in group.roles:
                     self.route[name] = group
-                if "actor" in group.roles:
+                if "actor" in group.roles:  # the engine, and a sampling worker (rollout.max_staleness), live with it
                     self.route["rollout"] = group
+                    self.route["sampler"] = group
         except BaseException:
             self.close()
             raise

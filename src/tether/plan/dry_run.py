@@ -328,6 +328,12 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
         captured_logprobs=captured_logprobs(cfg.rollout), decode_copy=_decode_copy(cfg)))
     for line in engine_class(cfg.rollout.engine).memory_lines(inputs.actor_params, human_bytes):
         plan.add("memory", line)  # what the generation engine adds (its own copy of the weights, a KV cache)
+    if cfg.rollout.max_staleness:
+        itemsize = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(cfg.model.dtype), 4)
+        plan.add("memory", f"sampling worker (rollout.max_staleness={cfg.rollout.max_staleness}): a process of its "
+                           f"own with another copy of the policy ({human_bytes(inputs.actor_params * itemsize)}), its "
+                           f"KV cache and up to {cfg.rollout.max_staleness} rollouts sampled ahead; not in the peak "
+                           "above, which is this process's")
     return plan
 
 

@@ -59,6 +59,7 @@ from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.errors import TetherError
 from tether.plots.curves import _num, best_of_n_plot, frontier_plot, metric_panels, training_curves
 from tether.plots.run_files import locate, read_json, read_jsonl, read_yaml
+from tether.plots.overlap import ENGINE_WAIT, GENERATE, STALENESS_MAX, STALENESS_MEAN, TRAINER_WAIT, overlap_summary
 
 REPORT_NAME = "report.html"
 LEVEL_ORDER = {"alarm": 0, "warning": 1, "info": 2}
@@ -261,6 +262,23 @@ def _headline(ppo: list[dict], alarms: list[dict], summary: Any, config: dict) -
     return _table(["", "start (first 5)", "end (last 5)", "unit", "healthy looks like"], rows)
 
 
+def _async_section(ppo: list[dict], overlap: dict, tmp: Path) -> str:
+    """The overlap of sampling and training in a run with rollout.max_staleness >= 1."""
+    png = metric_panels(ppo, [("seconds per iteration", [GENERATE, TRAINER_WAIT, ENGINE_WAIT, "timing/iteration"]),
+                              ("staleness (updates)", [STALENESS_MEAN, STALENESS_MAX])], tmp / "async.png")
+    rows = [["iterations sampled ahead", overlap["iterations"], ""],
+            ["worker sampling (median)", overlap["sampling_s_median"], "s per iteration"],
+            ["trainer waiting for a rollout (median)", overlap["trainer_wait_s_median"], "s per iteration"],
+            ["worker waiting for weights or work (median)", overlap["engine_wait_s_median"], "s per iteration"],
+            ["sampling hidden behind training", overlap["overlap"], "1 - trainer wait / sampling"],
+            ["staleness: mean / max", _Raw(f"{overlap['staleness_mean']:.2f} / {overlap['staleness_max']:.0f}"),
+             "updates between sampling and training"]]
+    return ("<p>A worker process with its own copy of the weights sampled each rollout while earlier iterations "
+            "trained (<code>rollout.max_staleness</code>). Sampling hidden behind training is the time saved; "
+            "docs/algorithms.md says when that is worth it.</p>"
+            + _img(png, "asynchronous rollouts") + _table(["", "value", "unit"], rows))
+
+
 def _alarms_section(alarms: list[dict] | None) -> str:
     if alarms is None:
         return '<p class="muted">No <code>alarms.jsonl</code>: this run did not record health alarms.</p>'
@@ -391,6 +409,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
             if other:
                 files["sft_metrics"] = files["sft_metrics"] or (files["metrics"] if other[0]["stage"] == "sft" else None)
                 files["rm_metrics"] = files["rm_metrics"] or (files["metrics"] if other[0]["stage"] == "rm" else None)
+        if ppo and (overlap := overlap_summary(ppo)) is not None:
+            section("async", "Asynchronous rollouts", _async_section(ppo, overlap, tmp))
         section("alarms", "Alarms raised", _alarms_section(alarms))
         eval_body = ""
         if isinstance(summary, dict) and isinstance(summary.get(DEFAULT_ALGORITHM), dict) and isinstance(summary.get("sft"), dict):

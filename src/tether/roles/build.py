@@ -55,12 +55,14 @@ class Roles:
     tokenizer: object
     contexts: dict[str, int | None] = field(default_factory=dict)
     linear_backend: str = "aten"
+    #: The sampling worker of asynchronous RL (rollout.max_staleness >= 1), else None.
+    sampler: object | None = None
 
     def placed(self) -> dict[str, object]:
         """The roles by the names a placement serves them under (those built: a worker of a Ray
         placement builds only its own group's)."""
         named = {"actor": self.actor, "reference": self.reference, "reward": self.reward, "rollout": self.rollout,
-                 "critic": self.critic}
+                 "critic": self.critic, "sampler": self.sampler}
         return {name: role for name, role in named.items() if role is not None}
 
 
@@ -150,10 +152,10 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         for model in trunks:
             last_layer.run_in_full(model)
     prepared = prepare_models(trunks, settings)
-    actor = reference = critic = rollout = None
+    actor = reference = critic = rollout = sampler = None
     contexts = {}
     if has_actor:
-        actor, critic, rollout, actor_model = _actor_roles(cfg, actor_model, critic_model, tokenizer, settings,
+        actor, critic, rollout, sampler, actor_model = _actor_roles(cfg, actor_model, critic_model, tokenizer, settings,
                                                            prepared, adapters.get("actor"), contexts)
     if has_critic:
         critic = _critic_role(cfg, critic_model, settings, adapters.get("critic"), contexts)
@@ -169,7 +171,7 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         reference = Reference(reference_engine, cfg.rollout.temperature)
     for member in _reward_members(reward):
         contexts[member.name] = context_length(member.model)
-    return Roles(actor, reference, critic, reward, rollout, tokenizer, contexts, prepared.linear_backend)
+    return Roles(actor, reference, critic, reward, rollout, tokenizer, contexts, prepared.linear_backend, sampler)
 
 
 def _actor_roles(cfg: PPOConfig, actor_model, head, tokenizer, settings: EngineSettings, prepared, adapter,
@@ -182,12 +184,33 @@ def _actor_roles(cfg: PPOConfig, actor_model, head, tokenizer, settings: EngineS
                            checkpointing=cfg.gradient_checkpointing, strategy=cfg.distributed.strategy,
                            prepared=True, wrap=(lambda lm: PolicyWithValueHead(lm, head)) if shared else None)
     model = engine.model.policy if shared else engine.model
-    captured = captured_logprobs(cfg.rollout)  # the engine's own switch (capture_logprobs or use_engine_logprobs)
+    # The engine's own switch (capture_logprobs or use_engine_logprobs); a sampling worker's
+    # log-probs are of older weights: the actor recomputes pi_old then.
+    captured = captured_logprobs(cfg.rollout) and cfg.rollout.max_staleness == 0
     actor = Actor(engine, cfg.rollout.temperature, use_captured=captured)
     contexts[cfg.model.name_or_path] = context_length(unwrap(model))
     # The generation engine over the actor (one that holds its own weights syncs from it).
     rollout = make_engine(cfg, tokenizer, unwrap(model), actor, contexts[cfg.model.name_or_path], settings, prepared)
-    return actor, SharedTrunkCritic(actor) if shared else None, rollout, model
+    sampler = _sampler(cfg, unwrap(model), actor, tokenizer, settings) if cfg.rollout.max_staleness else None
+    return actor, SharedTrunkCritic(actor) if shared else None, rollout, sampler, model
+
+
+def _sampler(cfg: PPOConfig, lm, actor: Actor, tokenizer, settings: EngineSettings):
+    """The sampling worker of asynchronous RL (``rollout.max_staleness`` >= 1): ``rollout.engine`` in
+    a process of its own over a copy of the actor's causal LM ``lm``, synced from the actor."""
+    from tether.errors import ConfigError
+    from tether.rollout.worker import RolloutWorker, WorkerSpec
+    from tether.runtime import world_size
+
+    if world_size() > 1:
+        raise ConfigError(f"Config key 'rollout.max_staleness' = {cfg.rollout.max_staleness} under torchrun: the "
+                          "sampling worker is a process of a one-process run; data-parallel ranks do not yet sample "
+                          "ahead. Use rollout.max_staleness=0 under torchrun.")
+    spec = WorkerSpec(cfg.rollout.engine, lm.config, tokenizer, autocast=settings.precision.autocast,
+                      capture=cfg.rollout.is_correction != "none", threads=cfg.rollout.worker_threads,
+                      attn_implementation=cfg.model.attn_implementation, trust_remote_code=cfg.model.trust_remote_code,
+                      dtype=next(lm.parameters()).dtype, device=str(settings.device))
+    return RolloutWorker(spec, actor.sync_weights)
 
 
 def _critic_role(cfg: PPOConfig, critic_model, settings: EngineSettings, adapter, contexts: dict) -> Critic:

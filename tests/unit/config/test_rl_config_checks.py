@@ -74,3 +74,21 @@ def test_off_policy_correction_needs_an_engine_with_its_own_weights():
         ppo("rollout.engine=vllm", "rollout.is_cap=3")  # no correction: the cap would do nothing
     with pytest.raises(ConfigError, match="is_cap"):
         ppo("rollout.engine=vllm", "rollout.is_correction=tis", "rollout.is_cap=0.5")
+
+
+def test_max_staleness_runs_an_engine_that_samples_a_model_in_a_worker():
+    cfg = ppo("rollout.max_staleness=2", "rollout.worker_threads=2", "rollout.is_correction=tis")
+    assert (cfg.rollout.max_staleness, cfg.rollout.worker_threads, cfg.rollout.is_correction) == (2, 2, "tis")
+    assert ppo().rollout.max_staleness == 0  # the synchronous loop by default
+    with pytest.raises(ConfigError, match="rollout.engine=vllm: asynchronous sampling runs the engine in a worker"):
+        ppo("rollout.engine=vllm", "rollout.max_staleness=1")
+    assert ppo("rollout.max_staleness=1", "placement.backend=ray").rollout.max_staleness == 1
+    with pytest.raises(ConfigError, match="placement.ray.roles.actor.num_workers=2"):
+        ppo("rollout.max_staleness=1", "placement.backend=ray", "placement.ray.roles={actor: {num_workers: 2}}")
+    with pytest.raises(ConfigError, match="rollout.worker_threads"):
+        ppo("rollout.worker_threads=2")  # no worker: the threads would do nothing
+    with pytest.raises(ConfigError, match="max_staleness"):
+        ppo("rollout.max_staleness=-1")
+    # Without a worker the lean engine's log-probs are pi_old: the correction stays refused.
+    with pytest.raises(ConfigError, match="or for asynchronous sampling"):
+        ppo("rollout.is_correction=mis")

@@ -158,6 +158,7 @@ def test_the_loop_syncs_only_an_engine_that_holds_its_own_weights(name):
 
     trainer = RLTrainer.__new__(RLTrainer)  # only what sync_weights reads
     trainer.cfg, trainer.rollout, trainer.rollout_engine = ppo(f"rollout.engine={name}"), _Recorder(), ENGINES[name]
+    trainer.pipeline = None  # synchronous: no sampling worker to send the weights to
     checked = []
     trainer.check_sync = checked.append
     RLTrainer.sync_weights(trainer, Timer())
@@ -173,7 +174,7 @@ def test_the_post_sync_check_reads_the_engines_block():
     block = ENGINES[name].config_block
     trainer = RLTrainer.__new__(RLTrainer)
     trainer.cfg = ppo(f"rollout.engine={name}", f"{block}.check_sync=true", f"{block}.sync_tolerance=0.5")
-    trainer.rollout, trainer.rollout_engine = _Recorder(), ENGINES[name]
+    trainer.rollout, trainer.rollout_engine, trainer.pipeline = _Recorder(), ENGINES[name], None
     checked = []
     trainer.check_sync = checked.append
     RLTrainer.sync_weights(trainer, Timer())

@@ -22,6 +22,7 @@ from tether.algorithms.registry import DEFAULT_ALGORITHM
 from tether.runtime import world_size
 from tether.bench.flops import iteration_flops
 from tether.bench.peak import bf16_supported, machine_peak_gflops
+from tether.bench.role_memory import predicted_memory, role_memory
 from tether.bench.profile import profiled_update, summarize_ops
 from tether.bench.setup import PROMPT_WORDS, SIZES, build_setup, build_source_setup
 from tether.rollout import captured_logprobs, engine_spec
@@ -44,6 +45,7 @@ TIMER_KEYS = {
     "timing/update/optimizer": "update_optimizer",
 }
 PRECISIONS = ("fp32", "bf16")
+ASYNC_TIMINGS = ("engine_generate", "rollout_wait", "engine_wait")  # timing/<key> of an asynchronous iteration
 PHASES_NOTE = ("Wall seconds per phase (medians). update = update_forward + update_backward + "
                "update_optimizer + update_other.")
 PHASES_NOTE_PARALLEL = (
@@ -204,7 +206,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
                      "forward_tokens": sum(len(p) + a for p, a in zip(prompt_ids, lengths)),
                      "trained_tokens": epochs * sum(len(p) + a for p, a in zip(prompt_ids, lengths)),
                      "ratio_deviation": trainer.last_ratio_deviation, "page_faults": faults,
-                     "score": stats.get("objective/score"), "kl": stats.get("objective/kl")})
+                     "score": stats.get("objective/score"), "kl": stats.get("objective/kl"),
+                     "async": {k: stats.get(f"timing/{k}") for k in ASYNC_TIMINGS}})
         log.info("iteration %d: %.3f s", i + 1, wall)
         print(f"[bench {label} {cfg.algorithm} {precision}] iteration {i + 1}/{iterations}: {wall:.3f} s",
               file=sys.stderr, flush=True)
@@ -257,6 +260,10 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
             "iteration": _median([r["flops"]["total"] / 1e9 / r["wall"] for r in timed]),
         },
         "ratio_deviation_max": max(r["ratio_deviation"] for r in rows),
+        # rollout.max_staleness >= 1: medians of the worker's sampling and the waits on either side.
+        "max_staleness": cfg.rollout.max_staleness,
+        "async_s": {k: _median([r["async"][k] for r in timed]) for k in ASYNC_TIMINGS}
+        if cfg.rollout.max_staleness else None,
         "memory_bytes": role_memory(roles) if roles is not None else None,  # Ray: in the workers
         "torch_threads": torch.get_num_threads(),
         "world_size": world_size(),
@@ -282,6 +289,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
             report["profile"]["matmul_fraction_of_peak"] = report["profile"]["matmul_gflops"] / peak
     if roles is None:
         trainer.placement.close()  # the Ray workers, the vLLM engine
+    elif roles.sampler is not None:
+        roles.sampler.close()  # the sampling worker's process (rollout.max_staleness)
     return report
 
 
@@ -342,105 +351,9 @@ def phase_tokens_per_s(rows: list[dict], critic: bool = True, captured: bool = F
     return out
 
 
-PREDICTED_COUNTS = ("weights, gradients and AdamW state of every role (tether.plan.memory.role_bytes; storage two "
-                    "roles share counted once); not activations, logits, the KV cache or the process itself")
-PEAK_COUNTS = ("tether.plan.memory.predict_peak at its peak phase ('phase'), MB by kind: what stays resident (the "
-               "process baseline, every role's weights with storage two roles share counted once, AdamW state) "
-               "plus that phase's transients")
-
-
-def _mb(n: float) -> float:
-    return round(n / 2**20, 1)
-
-
-def predicted_memory(roles, cfg, model_config, prompt_len: int, parallel: bool) -> dict:
-    """The memory model's peak for this run, with the roles' parameters as built:
-    ``predicted_peak_mb``, ``predicted_peak_split`` (MB by kind, and what it counts) and
-    ``predicted_phases_mb`` (the total of each phase). Where tether.plan.memory has no
-    ``predict_peak``, the weights + gradients + AdamW state per role (:func:`role_bytes`)."""
-    from tether.plan import memory
-
-    sizes = role_sizes(roles)
-    params = {"role_params": {name: {"frozen": r.frozen, "trained": r.trained} for name, r in sizes.items()}}
-    if not hasattr(memory, "predict_peak"):
-        split = {name: _mb(memory.role_bytes(size, str(_dtype(roles)))) for name, size in sizes.items()}
-        return {"predicted_peak_mb": round(sum(split.values()), 1),
-                "predicted_peak_split": split | {"counts": PREDICTED_COUNTS}} | params
-    shape = memory.Shape.of(model_config)
-    on_cpu = next(next(_role_models(roles))[1].parameters()).device.type == "cpu"
-    run = memory.Workload(
-        cfg.algorithm, micro_batch=max(1, cfg.ppo.minibatch_size // cfg.ppo.grad_accum_steps), batch=cfg.episodes,
-        prompt=prompt_len, response=cfg.rollout.max_new_tokens, precision=cfg.run.precision, dtype=_dtype(roles),
-        grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.ppo.entropy_coef > 0, parallel_roles=parallel,
-        captured_logprobs=cfg.rollout.capture_logprobs, logprob_chunk=memory.default_logprob_chunk(shape.vocab),
-        retained_heap=on_cpu and parallel and cfg.cpu.retain_memory,
-        decode_copy=4 if on_cpu and getattr(roles, "linear_backend", "aten") == "onednn" else 0)
-    peak = memory.predict_peak(shape, sizes, run)
-    split = {k: _mb(v) for k, v in peak["split"].items() if k != "total"}
-    return {"predicted_peak_mb": _mb(peak["total"]),
-            "predicted_peak_split": split | {"phase": peak["phase"], "counts": PEAK_COUNTS},
-            "predicted_phases_mb": {name: _mb(p["total"]) for name, p in peak["phases"].items()}} | params
-
-
-def _dtype(roles) -> str:
-    """The actor's weight dtype as tether.plan.memory names it (float32, bfloat16)."""
-    _, model, _ = next(_role_models(roles))
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
-
-
-def role_sizes(roles) -> dict:
-    """Each role's frozen and trained parameters as built (:class:`tether.plan.memory.RoleSize`);
-    storage another role already holds is counted once, with the first role (a LoRA actor's base
-    serves as the reference, a LoRA critic's as the reward model: those then count 0)."""
-    from tether.plan.memory import RoleSize
-
-    seen: set = set()
-    sizes = {}
-    for name, model, optimizer in _role_models(roles):
-        frozen = trained = 0
-        for p in model.parameters():
-            if p.data_ptr() in seen:
-                continue
-            seen.add(p.data_ptr())
-            if optimizer is not None and p.requires_grad:
-                trained += p.numel()
-            else:
-                frozen += p.numel()
-        sizes[name] = RoleSize(frozen=frozen, trained=trained)
-    return sizes
-
-
 def _captured(cfg) -> bool:
     """The actor's old log-probs come from the sampling pass (as :func:`tether.roles.build.make_roles` decides)."""
     return captured_logprobs(cfg.rollout)
-
-
-def _role_models(roles):
-    """(name, model, optimizer or None) of each role that holds a model."""
-    for name, role in (("actor", roles.actor), ("reference", roles.reference), ("critic", roles.critic),
-                       ("reward", roles.reward)):
-        engine = getattr(role, "engine", None)
-        model = getattr(engine, "model", None) if engine is not None else getattr(role, "model", None)
-        if model is not None:
-            yield name, model, getattr(engine, "optimizer", None)
-
-
-def role_memory(roles) -> dict:
-    """Bytes per role: its weights (storage another role already holds counted once, with the role
-    that owns it), the trainable weights (their gradients take as much at the peak of a backward),
-    and the optimiser's state; and their sum."""
-    from tether.models.lora import parameter_bytes
-
-    seen: set = set()
-    table = {}
-    for name, model, optimizer in _role_models(roles):
-        state = 0 if optimizer is None else sum(t.numel() * t.element_size() for s in optimizer.state.values()
-                                                 for t in s.values() if torch.is_tensor(t))
-        trainable = parameter_bytes(model, trainable_only=True) if optimizer is not None else 0
-        table[name] = {"weights": parameter_bytes(model, seen=seen), "trainable_weights": trainable,
-                       "gradients_peak": trainable, "optimizer_state": state}
-    table["total"] = {k: sum(row[k] for row in table.values()) for k in next(iter(table.values()))}
-    return table
 
 
 def combine_runs(reports: list[dict]) -> dict:

@@ -114,15 +114,13 @@ class RolloutWorker:
         return self._received.pop(key)
 
     def close(self) -> None:
-        """Stop the child (it finishes nothing still queued) and the sender thread."""
+        """Stop the child at once (rollouts still queued are of no use to anyone) and the sender thread."""
         if self._process is None:
             return
+        self._process.kill()
+        self._process.join()
         self._outbox.put(None)
         self._sender.join(timeout=10)
-        self._process.join(timeout=10)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
         self._conn.close()
         self._process = None
 
@@ -142,12 +140,12 @@ class RolloutWorker:
     def _send_loop(self) -> None:
         while True:
             message = self._outbox.get()
+            if message is None:  # closed
+                return
             try:
-                self._conn.send(("close",) if message is None else message)
+                self._conn.send(message)
             except (OSError, EOFError, ValueError) as error:  # the child is gone: the next receive says why
                 self._send_error = error
-                return
-            if message is None:
                 return
 
     def _recv(self) -> tuple:
@@ -168,9 +166,7 @@ def serve(conn, spec: WorkerSpec) -> None:
         engine, model = _build(spec)
         version, idle_since = None, time.perf_counter()
         while True:
-            message = conn.recv()
-            if message[0] == "close":
-                return
+            message = conn.recv()  # EOFError once the trainer is gone: the loop ends
             if message[0] == "weights":
                 _, version, named = message
                 _load_weights(model, named)

@@ -9,6 +9,11 @@ A method says what its batch is, with a decorator on its definition:
 - ``@prompts``: the first two arguments are the prompts (token ids and texts) of a generation
   call; each worker samples its share, with its own random stream, inside the trained model's
   gathered weights, and the rollouts are joined in order;
+- ``@asks``: a generation call answered later (a sampling worker's request): the prompts (first
+  two arguments) are split as for ``@prompts``, each worker keeping its own random stream, and
+  nothing comes back;
+- ``@answers``: what an ``@asks`` call sampled: each worker returns its share and the shares are
+  joined in order;
 - no decorator (:data:`ALL`): the call goes to every worker with the same arguments and the
   first worker's answer is returned (updates, checkpoints, state: data-parallel engines agree).
 
@@ -21,8 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-ROWS, PROMPTS, ALL = "rows", "prompts", "all"
-KINDS = (ROWS, PROMPTS, ALL)
+ROWS, PROMPTS, ASKS, ANSWERS, ALL = "rows", "prompts", "asks", "answers", "all"
+KINDS = (ROWS, PROMPTS, ASKS, ANSWERS, ALL)
 ATTRIBUTE = "__tether_dispatch__"
 
 
@@ -39,6 +44,10 @@ def _declare(kind: str) -> Callable:
 rows = _declare(ROWS)
 #: A generation call: the prompts (first two arguments) split, the rollouts joined.
 prompts = _declare(PROMPTS)
+#: A generation call answered later: the prompts (first two arguments) split, nothing returned.
+asks = _declare(ASKS)
+#: The answer to an ``@asks`` call: each worker's share, joined in order.
+answers = _declare(ANSWERS)
 
 
 def dispatch_of(target: object, method: str) -> str:

@@ -184,6 +184,18 @@ def test_a_critic_free_algorithm_on_two_ranks_matches_one_process(trained, tmp_p
            largest_weight_diff(tmp_path / "rpp-1", tmp_path / "rpp-2"))
 
 
+def test_asynchronous_ppo_on_two_ranks_matches_one_process(trained, ppo_reference, tmp_path):
+    """rollout.max_staleness=1 under torchrun: each rank's sampling worker samples its share of the
+    prompts and the shares are joined; top_k=1 draws the same tokens whichever rank samples them,
+    so two ranks give the one-process asynchronous run."""
+    reference = ppo_reference(("rollout.max_staleness=1",))
+    out = tmp_path / "ppo-2-async"
+    ok(torchrun(ppo_args(trained, out, "rollout.max_staleness=1", "distributed.strategy=ddp")))
+    assert layout(out) == layout(reference)
+    assert [r["rollout/staleness_max"] for r in metrics(out) if "rollout/staleness_max" in r] == [0.0, 1.0, 1.0]
+    report("ppo ddp, max_staleness=1", largest_metric_diff(reference, out), largest_weight_diff(reference, out))
+
+
 # -- faults ---------------------------------------------------------------------------------
 
 

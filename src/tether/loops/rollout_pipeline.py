@@ -13,7 +13,7 @@ version that samples it. :meth:`state_dict` keeps the rollouts in flight (sample
 trained on) with a checkpoint, so a resumed run trains on exactly the rollouts the uninterrupted
 run would have.
 
-The worker is anything with ``request(key, prompt_ids, prompts, params, seed)``,
+The worker is anything with ``request(prompt_ids, prompts, params, seed, key)``,
 ``receive(key) -> Sampled`` and ``push_weights(version)``
 (:class:`tether.rollout.worker.RolloutWorker` behind the placement's "sampler" role).
 """
@@ -60,7 +60,7 @@ class RolloutPipeline:
     def take(self, iteration: int) -> Sampled:
         """Iteration ``iteration``'s rollout, after asking for those up to ``iteration + k``."""
         while self.next <= iteration + self.k:
-            self.worker.request(self.next, *self.prompts_of(self.next), self.params, self.seed_of(self.next))
+            self.worker.request(*self.prompts_of(self.next), self.params, self.seed_of(self.next), key=self.next)
             self.next += 1
         sampled = self.held.pop(iteration, None) or self.worker.receive(iteration)
         lag = staleness(iteration, sampled.version)

@@ -197,15 +197,10 @@ def _actor_roles(cfg: PPOConfig, actor_model, head, tokenizer, settings: EngineS
 
 def _sampler(cfg: PPOConfig, lm, actor: Actor, tokenizer, settings: EngineSettings):
     """The sampling worker of asynchronous RL (``rollout.max_staleness`` >= 1): ``rollout.engine`` in
-    a process of its own over a copy of the actor's causal LM ``lm``, synced from the actor."""
-    from tether.errors import ConfigError
+    a process of its own over a copy of the actor's causal LM ``lm``, synced from the actor (one per
+    rank under torchrun, each sampling its rank's share)."""
     from tether.rollout.worker import RolloutWorker, WorkerSpec
-    from tether.runtime import world_size
 
-    if world_size() > 1:
-        raise ConfigError(f"Config key 'rollout.max_staleness' = {cfg.rollout.max_staleness} under torchrun: the "
-                          "sampling worker is a process of a one-process run; data-parallel ranks do not yet sample "
-                          "ahead. Use rollout.max_staleness=0 under torchrun.")
     spec = WorkerSpec(cfg.rollout.engine, lm.config, tokenizer, autocast=settings.precision.autocast,
                       capture=cfg.rollout.is_correction != "none", threads=cfg.rollout.worker_threads,
                       attn_implementation=cfg.model.attn_implementation, trust_remote_code=cfg.model.trust_remote_code,

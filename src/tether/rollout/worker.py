@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from tether.dispatch import answers, asks
 from tether.errors import TrainingError
 from tether.types import Rollout, to_device
 
@@ -99,10 +100,12 @@ class RolloutWorker:
         self._post(("weights", version, named))
         return sum(t.numel() * t.element_size() for _, t in named) / 2**20
 
-    def request(self, key: int, prompt_ids: list[list[int]], prompts: list[str], params, seed: int) -> None:
+    @asks
+    def request(self, prompt_ids: list[list[int]], prompts: list[str], params, seed: int, key: int) -> None:
         """Queue rollout ``key``: sampled after every weight push queued before this call."""
         self._post(("generate", key, prompt_ids, prompts, params, seed))
 
+    @answers
     def receive(self, key: int) -> Sampled:
         """Rollout ``key`` (requested earlier), waiting for it if the child is still sampling."""
         while key not in self._received:

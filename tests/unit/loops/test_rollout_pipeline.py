@@ -27,7 +27,7 @@ class InOrderWorker:
         self.version = version
         self.log.append(("weights", version))
 
-    def request(self, key, prompt_ids, prompts, params, seed) -> None:
+    def request(self, prompt_ids, prompts, params, seed, key) -> None:
         self.log.append(("generate", key, seed))
         self.done[key] = Sampled(key, stub_rollout(key), self.version, 0.0, 0.0)
 

@@ -35,7 +35,7 @@ def lean(model, setup, seed):
 
 
 def test_the_worker_samples_what_the_actor_would_with_the_same_seed(worker, setup):
-    worker.request(0, setup.prompts.ids[:4], setup.prompts.texts[:4], PARAMS, seed=7)
+    worker.request(setup.prompts.ids[:4], setup.prompts.texts[:4], PARAMS, seed=7, key=0)
     got = worker.receive(0)
     want = lean(setup.models["policy"], setup, seed=7)
     assert got.key == 0 and got.version == 0
@@ -51,14 +51,14 @@ def test_pushed_weights_sample_the_next_request_with_their_version(worker, setup
     with torch.no_grad():
         for p in changed.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    worker.request(1, setup.prompts.ids[:4], setup.prompts.texts[:4], PARAMS, seed=7)
+    worker.request(setup.prompts.ids[:4], setup.prompts.texts[:4], PARAMS, seed=7, key=1)
     source = worker.weights_source
     worker.weights_source = lambda: changed.state_dict().items()
     try:
         worker.push_weights(3)
     finally:
         worker.weights_source = source
-    worker.request(2, setup.prompts.ids[:4], setup.prompts.texts[:4], PARAMS, seed=7)
+    worker.request(setup.prompts.ids[:4], setup.prompts.texts[:4], PARAMS, seed=7, key=2)
     before, after = worker.receive(1), worker.receive(2)
     assert (before.version, after.version) == (0, 3)
     want = lean(changed, setup, seed=7)
@@ -84,7 +84,7 @@ def test_a_failing_worker_is_reported_with_its_error(setup):
     spec = WorkerSpec("lean", model.config, setup.tokenizer, threads=1)
     worker = RolloutWorker(spec, lambda: [("not.a.weight", torch.zeros(1))])
     try:
-        worker.request(0, setup.prompts.ids[:1], setup.prompts.texts[:1], PARAMS, seed=0)
+        worker.request(setup.prompts.ids[:1], setup.prompts.texts[:1], PARAMS, seed=0, key=0)
         with pytest.raises(TrainingError, match="not.a.weight"):
             worker.receive(0)
     finally:

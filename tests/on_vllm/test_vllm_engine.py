@@ -261,3 +261,36 @@ def test_off_policy_correction_weighs_the_actor_against_the_engine(tiny_task, tm
         assert (row["rollout/is_clipped_frac"] > 0.05) == (mode == "mis"), row
     print(f"\n{mode}: is_weight_mean " + ", ".join(f"{r['rollout/is_weight_mean']:.4f}" for r in result["history"])
           + "; is_clipped_frac " + ", ".join(f"{r['rollout/is_clipped_frac']:.3f}" for r in result["history"]))
+
+
+def test_vllm_samples_ahead_from_a_thread_and_resumes_exactly(tiny_task, tmp_path):
+    """rollout.max_staleness=1 on vLLM: the engine (its own processes) samples the next rollout from
+    a thread while the actor trains, with the weights one update old; TIS weighs pi_old against the
+    engine's log-probs; held-out evaluation waits for the sampler and uses the engine; a run
+    interrupted after iteration 2 (before its checkpoint) resumes from checkpoint 1, with the rollout
+    saved in flight, to the uninterrupted run."""
+    from tether.loops.ppo import run_ppo
+
+    extra = ("rollout.max_staleness=1", "rollout.is_correction=tis", "ppo.iterations=3", "run.save_every=1",
+             f"eval.prompts={tiny_task['dir'] / 'eval_prompts.jsonl'}", "eval.every=1", "eval.max_prompts=8")
+    whole = run_ppo(load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "whole", *extra)))
+    history = whole["history"]
+    assert [row["rollout/staleness_max"] for row in history] == [0.0, 1.0, 1.0]
+    assert history[0]["rollout/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)  # fp32 engine, same weights
+    assert history[2]["rollout/is_weight_mean"] != pytest.approx(1.0, abs=1e-7)  # one update old
+    assert all("eval/kl" in row for row in history)
+
+    class Interrupt(Exception):
+        pass
+
+    def stop_after_second(it, stats, trainer):
+        if it == 2:
+            raise Interrupt
+
+    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "cut", *extra))
+    with pytest.raises(Interrupt):
+        run_ppo(cfg, on_iteration=stop_after_second)
+    resumed = run_ppo(cfg, resume=True)  # from checkpoint 1: iteration 2's was not written
+    keep = ("objective/score", "objective/kl", "rollout/is_weight_mean", "response/length_mean", "eval/kl")
+    assert [{k: row[k] for k in keep} for row in resumed["history"]] == [{k: row[k] for k in keep}
+                                                                         for row in history[1:]]

@@ -74,8 +74,9 @@ class RolloutConfig:
     max_staleness: int = option(
         0,
         "Asynchronous RL: 0 = sample each iteration's responses, then train on them (the synchronous loop); "
-        "k >= 1 = a worker process with its own copy of the weights samples the next iterations' responses "
-        "while this one trains, from weights at most k updates older than the ones that train on them "
+        "k >= 1 = a sampler with its own copy of the weights (a worker process for lean and hf, a thread driving "
+        "vLLM) samples the next iterations' responses while this one trains, from weights at most k updates "
+        "older than the ones that train on them "
         "(logged as rollout/staleness_mean and rollout/staleness_max). The actor recomputes pi_old; "
         "rollout.is_correction weighs it against the worker's log-probs.",
         ge=0,
@@ -87,20 +88,21 @@ class RolloutConfig:
 
 
 def check_max_staleness(rollout, placement) -> None:
-    """``rollout.max_staleness`` >= 1 runs the configured engine in a worker process of its own: an
-    engine that samples the model it is given (lean, hf), beside the one actor process (local, or a
-    Ray actor group of one worker)."""
+    """``rollout.max_staleness`` >= 1 samples ahead beside one actor process (local, a torchrun rank, or
+    a Ray actor group of one worker), with pi_old recomputed by the actor."""
     if rollout.max_staleness == 0:
         return
-    engine = engine_spec(rollout.engine)
     key = f"Config key 'rollout.max_staleness' = {rollout.max_staleness}"
-    if engine.holds_own_weights:
-        workers = ", ".join(s.name for s in ENGINES.values() if not s.holds_own_weights)
+    if rollout.use_engine_logprobs:
         raise ConfigError(
-            f"{key} with rollout.engine={engine.name}: asynchronous sampling runs the engine in a worker process "
-            f"over its own copy of the weights, which is built for the engines that sample a model they are given "
-            f"({workers}); the {engine.title} engine samples in the trainer's turn. Use one of those engines or "
-            "rollout.max_staleness=0.")
+            f"{key} with rollout.use_engine_logprobs=true: the engine's log-probs are of weights up to "
+            f"{rollout.max_staleness} update(s) old, not pi_old. The actor recomputes pi_old; set "
+            "rollout.use_engine_logprobs=false (rollout.is_correction weighs the two).")
+    if rollout.vllm.check_sync:
+        raise ConfigError(
+            f"{key} with rollout.vllm.check_sync=true: the engine is busy sampling ahead when the actor's weights "
+            "change, so there is no moment to compare them; the correction's weights (rollout.is_correction, "
+            "rollout/is_weight_mean) watch the engine instead. Set rollout.vllm.check_sync=false.")
     workers = placement.ray.resources("actor").num_workers if placement.backend == "ray" else 1
     if workers > 1:
         raise ConfigError(

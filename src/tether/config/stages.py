@@ -372,6 +372,9 @@ def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
                       "with rollout.is_correction=none (they bound and watch the correction's weights)"))
     if cfg.rollout.max_staleness == 0:
         rules.append((("rollout.worker_threads",), "with rollout.max_staleness=0 (no sampling worker)"))
+    elif engine_spec(cfg.rollout.engine).holds_own_weights:
+        rules.append((("rollout.worker_threads",), f"with rollout.engine={cfg.rollout.engine} (a thread drives the "
+                                                   "engine's own processes; no worker process)"))
     # The registry says which settings block and which log-probs switch belong to which engine.
     engine = engine_spec(cfg.rollout.engine)
     for other in ENGINES.values():

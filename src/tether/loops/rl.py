@@ -66,7 +66,9 @@ class RLTrainer:
         self.pipeline = RolloutPipeline(
             role(placement, "sampler"), cfg.rollout.max_staleness, self.next_prompts,
             lambda i: iteration_seed(cfg.run.seed, i), self.sampling) if cfg.rollout.max_staleness else None
-        if self.rollout_engine.holds_own_weights:
+        if self.pipeline is not None:
+            self.pipeline.push(self.iteration)  # the sampler's first weights: the actor's now
+        elif self.rollout_engine.holds_own_weights:
             self.sync_weights(Timer())  # the engine starts from the checkpoint on disk: give it the actor's
 
     # -- one iteration -------------------------------------------------------------------
@@ -194,10 +196,10 @@ class RLTrainer:
         """Load the actor's new weights into a generation engine that holds its own copy (where
         the engine runs: it pulls them from the actor), and check them when its settings ask; with a
         sampling worker, send them to it tagged with their version (the updates behind them)."""
-        if self.pipeline is not None:
+        if self.pipeline is not None:  # the sampler loads them in its turn (an engine of its own included)
             with timer("weight_sync"):
                 self.pipeline.push(self.iteration + 1)
-        if self.rollout_engine.holds_own_weights:
+        elif self.rollout_engine.holds_own_weights:
             with timer("weight_sync"):
                 self.rollout.sync_weights()
             block = engine_settings_block(self.cfg)

@@ -97,6 +97,8 @@ class RLBody:
             last = it == cfg.ppo.iterations
             if evaluator is not None and (last or (cfg.eval.every and it % cfg.eval.every == 0)):
                 t_eval = time.perf_counter()
+                if trainer.pipeline is not None:  # an engine the sampler drives is free once it is idle
+                    trainer.pipeline.drain()
                 stats.update(evaluator(trainer.rollout, trainer.actor, trainer.reference, trainer.reward))
                 stats["timing/eval"] = time.perf_counter() - t_eval
             history.append(stats)

@@ -73,6 +73,11 @@ class RolloutPipeline:
         """The actor's weights after ``version`` updates go to the worker (ahead of later requests)."""
         self.worker.push_weights(version)
 
+    def drain(self) -> None:
+        """Wait until the worker has run everything queued (a worker that drives the run's own
+        engine then leaves it free, holding the last weights pushed)."""
+        self.worker.drain()
+
     def in_flight(self, iteration: int) -> list[int]:
         """The iterations at or after ``iteration`` whose rollouts were requested."""
         return [i for i in range(iteration, self.next)]

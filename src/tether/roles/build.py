@@ -61,8 +61,9 @@ class Roles:
     def placed(self) -> dict[str, object]:
         """The roles by the names a placement serves them under (those built: a worker of a Ray
         placement builds only its own group's)."""
-        named = {"actor": self.actor, "reference": self.reference, "reward": self.reward, "rollout": self.rollout,
-                 "critic": self.critic, "sampler": self.sampler}
+        # The sampler first: a placement closes roles in this order, and it may drive the rollout engine.
+        named = {"sampler": self.sampler, "actor": self.actor, "reference": self.reference, "reward": self.reward,
+                 "rollout": self.rollout, "critic": self.critic}
         return {name: role for name, role in named.items() if role is not None}
 
 
@@ -191,16 +192,20 @@ def _actor_roles(cfg: PPOConfig, actor_model, head, tokenizer, settings: EngineS
     contexts[cfg.model.name_or_path] = context_length(unwrap(model))
     # The generation engine over the actor (one that holds its own weights syncs from it).
     rollout = make_engine(cfg, tokenizer, unwrap(model), actor, contexts[cfg.model.name_or_path], settings, prepared)
-    sampler = _sampler(cfg, unwrap(model), actor, tokenizer, settings) if cfg.rollout.max_staleness else None
+    sampler = _sampler(cfg, unwrap(model), actor, rollout, tokenizer, settings) if cfg.rollout.max_staleness else None
     return actor, SharedTrunkCritic(actor) if shared else None, rollout, sampler, model
 
 
-def _sampler(cfg: PPOConfig, lm, actor: Actor, tokenizer, settings: EngineSettings):
-    """The sampling worker of asynchronous RL (``rollout.max_staleness`` >= 1): ``rollout.engine`` in
-    a process of its own over a copy of the actor's causal LM ``lm``, synced from the actor (one per
-    rank under torchrun, each sampling its rank's share)."""
-    from tether.rollout.worker import RolloutWorker, WorkerSpec
+def _sampler(cfg: PPOConfig, lm, actor: Actor, engine, tokenizer, settings: EngineSettings):
+    """The sampler of asynchronous RL (``rollout.max_staleness`` >= 1), synced from the actor (one
+    per rank under torchrun, each sampling its rank's share): an engine that holds its own weights
+    (vLLM) driven from a thread of its own; any other ``rollout.engine`` in a process of its own over
+    a copy of the actor's causal LM ``lm``."""
+    from tether.rollout import engine_spec
+    from tether.rollout.worker import EngineThread, RolloutWorker, WorkerSpec
 
+    if engine_spec(cfg.rollout.engine).holds_own_weights:
+        return EngineThread(engine, actor.sync_weights)
     spec = WorkerSpec(cfg.rollout.engine, lm.config, tokenizer, autocast=settings.precision.autocast,
                       capture=cfg.rollout.is_correction != "none", threads=cfg.rollout.worker_threads,
                       attn_implementation=cfg.model.attn_implementation, trust_remote_code=cfg.model.trust_remote_code,

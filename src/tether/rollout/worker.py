@@ -70,8 +70,8 @@ class WorkerSpec:
 
 class RolloutWorker:
     """The parent's handle on a sampling process (see the module). ``weights_source``: () -> (name,
-    tensor) pairs of the actor's current weights (the actor's ``sync_weights``); ``version``: the
-    number of updates behind those weights (a resumed run's iteration)."""
+    tensor) pairs of the actor's current weights (the actor's ``sync_weights``). The process
+    samples nothing before the first :meth:`push_weights`."""
 
     def __init__(self, spec: WorkerSpec, weights_source, version: int = 0):
         import torch.multiprocessing as mp
@@ -89,7 +89,6 @@ class RolloutWorker:
         self._sender = threading.Thread(target=self._send_loop, name="tether-rollout-sender", daemon=True)
         self._sender.start()
         self._received: dict[int, Sampled] = {}
-        self.push_weights(version)
 
     # -- the trainer's calls ----------------------------------------------------------------
     def push_weights(self, version: int) -> float:
@@ -115,6 +114,9 @@ class RolloutWorker:
             _, got, version, rollout, wait_s, generate_s = message  # the rollout crosses on the CPU
             self._received[got] = Sampled(got, to_device(rollout, self.device), version, wait_s, generate_s)
         return self._received.pop(key)
+
+    def drain(self) -> None:
+        """Nothing to wait for: the process's engine is its own, the trainer's is free to use."""
 
     def close(self) -> None:
         """Stop the child at once (rollouts still queued are of no use to anyone) and the sender thread."""
@@ -161,6 +163,64 @@ class RolloutWorker:
             code = self._process.exitcode if self._process is not None else None
             raise TrainingError(f"the rollout worker exited (exit code {code}) before sending a rollout; "
                                 "its error, if any, is above.") from None
+
+
+class EngineThread:
+    """The sampler of asynchronous RL over an engine that holds its own copy of the weights and
+    samples in processes of its own (vLLM): its weight loads and requests run in order in one
+    thread of this process, beside the trainer. Same calls as :class:`RolloutWorker`.
+
+    ``engine``: the run's engine (its ``load_weights`` and ``generate``); ``weights_source``: the
+    actor's (name, tensor) pairs, snapshotted at each push between iterations.
+    """
+
+    def __init__(self, engine, weights_source):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.engine, self.weights_source = engine, weights_source
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tether-sampler")
+        self._pending: dict[int, Any] = {}
+        self._version: int | None = None
+        self._idle_since = time.perf_counter()
+
+    def push_weights(self, version: int) -> float:
+        with torch.no_grad():
+            named = [(name, tensor.detach().to("cpu", copy=True)) for name, tensor in self.weights_source()]
+        self._pool.submit(self._load, version, named)
+        return sum(t.numel() * t.element_size() for _, t in named) / 2**20
+
+    @asks
+    def request(self, prompt_ids: list[list[int]], prompts: list[str], params, seed: int, key: int) -> None:
+        self._pending[key] = self._pool.submit(self._generate, key, prompt_ids, prompts, params, seed)
+
+    @answers
+    def receive(self, key: int) -> Sampled:
+        try:
+            return self._pending.pop(key).result()
+        except Exception as error:
+            raise TrainingError(f"the sampling thread failed on rollout {key}: {error}") from error
+
+    def drain(self) -> None:
+        """Wait until every queued load and request has run: the engine is then free for another
+        caller (held-out evaluation) and holds the last weights pushed."""
+        self._pool.submit(lambda: None).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _load(self, version: int, named: list) -> None:
+        self.engine.load_weights(named)
+        self._version = version
+
+    def _generate(self, key: int, prompt_ids, prompts, params, seed) -> Sampled:
+        if self._version is None:
+            raise RuntimeError("a rollout was requested before any weights were pushed")
+        start = time.perf_counter()
+        rollout = self.engine.generate(prompt_ids, prompts, params, seed=seed)
+        done = time.perf_counter()
+        sampled = Sampled(key, rollout, self._version, start - self._idle_since, done - start)
+        self._idle_since = done
+        return sampled
 
 
 def serve(conn, spec: WorkerSpec) -> None:

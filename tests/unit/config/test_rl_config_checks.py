@@ -80,8 +80,13 @@ def test_max_staleness_runs_an_engine_that_samples_a_model_in_a_worker():
     cfg = ppo("rollout.max_staleness=2", "rollout.worker_threads=2", "rollout.is_correction=tis")
     assert (cfg.rollout.max_staleness, cfg.rollout.worker_threads, cfg.rollout.is_correction) == (2, 2, "tis")
     assert ppo().rollout.max_staleness == 0  # the synchronous loop by default
-    with pytest.raises(ConfigError, match="rollout.engine=vllm: asynchronous sampling runs the engine in a worker"):
-        ppo("rollout.engine=vllm", "rollout.max_staleness=1")
+    assert ppo("rollout.engine=vllm", "rollout.max_staleness=1").rollout.max_staleness == 1
+    with pytest.raises(ConfigError, match="a thread drives the engine's own processes"):
+        ppo("rollout.engine=vllm", "rollout.max_staleness=1", "rollout.worker_threads=2")
+    with pytest.raises(ConfigError, match="use_engine_logprobs=true: the engine's log-probs are of weights up to 1"):
+        ppo("rollout.engine=vllm", "rollout.max_staleness=1", "rollout.use_engine_logprobs=true")
+    with pytest.raises(ConfigError, match="check_sync=true: the engine is busy sampling ahead"):
+        ppo("rollout.engine=vllm", "rollout.max_staleness=1", "rollout.vllm.check_sync=true")
     assert ppo("rollout.max_staleness=1", "placement.backend=ray").rollout.max_staleness == 1
     with pytest.raises(ConfigError, match="placement.ray.roles.actor.num_workers=2"):
         ppo("rollout.max_staleness=1", "placement.backend=ray", "placement.ray.roles={actor: {num_workers: 2}}")

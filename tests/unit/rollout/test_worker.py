@@ -25,6 +25,7 @@ def worker(setup):
     model = setup.models["policy"]
     spec = WorkerSpec("lean", model.config, setup.tokenizer, capture=True, threads=1)
     worker = RolloutWorker(spec, lambda: model.state_dict().items())
+    worker.push_weights(0)
     yield worker
     worker.close()
 
@@ -84,8 +85,45 @@ def test_a_failing_worker_is_reported_with_its_error(setup):
     spec = WorkerSpec("lean", model.config, setup.tokenizer, threads=1)
     worker = RolloutWorker(spec, lambda: [("not.a.weight", torch.zeros(1))])
     try:
+        worker.push_weights(0)
         worker.request(setup.prompts.ids[:1], setup.prompts.texts[:1], PARAMS, seed=0, key=0)
         with pytest.raises(TrainingError, match="not.a.weight"):
             worker.receive(0)
     finally:
         worker.close()
+
+
+class RecordingEngine:
+    """An engine with its own weights: records loads and samples in order (from the sampler's thread)."""
+
+    def __init__(self):
+        self.calls, self.weights = [], None
+
+    def load_weights(self, named):
+        self.weights = dict(named)
+        self.calls.append(("load", float(self.weights["w"])))
+
+    def generate(self, prompt_ids, prompts, params, seed=None):
+        self.calls.append(("generate", prompts[0], float(self.weights["w"])))
+        return f"rollout of {prompts[0]} by w={float(self.weights['w'])}"
+
+
+def test_an_engine_with_its_own_weights_loads_and_samples_in_order_in_one_thread():
+    from tether.rollout.worker import EngineThread
+
+    engine, w = RecordingEngine(), torch.zeros(())
+    sampler = EngineThread(engine, lambda: [("w", w)])
+    try:
+        sampler.push_weights(0)
+        sampler.request([[1]], ["a"], PARAMS, seed=0, key=0)
+        w.fill_(1.0)  # the actor trains: the push snapshots the weights of this moment
+        sampler.push_weights(1)
+        w.fill_(2.0)
+        sampler.request([[1]], ["b"], PARAMS, seed=0, key=1)
+        first, second = sampler.receive(0), sampler.receive(1)
+        assert (first.version, first.rollout) == (0, "rollout of a by w=0.0")
+        assert (second.version, second.rollout) == (1, "rollout of b by w=1.0")
+        sampler.drain()
+        assert engine.calls == [("load", 0.0), ("generate", "a", 0.0), ("load", 1.0), ("generate", "b", 1.0)]
+    finally:
+        sampler.close()

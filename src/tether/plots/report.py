@@ -270,12 +270,12 @@ def _async_section(ppo: list[dict], overlap: dict, tmp: Path) -> str:
             ["worker sampling (median)", overlap["sampling_s_median"], "s per iteration"],
             ["trainer waiting for a rollout (median)", overlap["trainer_wait_s_median"], "s per iteration"],
             ["worker waiting for weights or work (median)", overlap["engine_wait_s_median"], "s per iteration"],
-            ["sampling hidden behind training", overlap["overlap"], "1 - trainer wait / sampling"],
+            ["sampling hidden behind training", overlap["overlap"], "1 - trainer wait / sampling, after iteration 1"],
             ["staleness: mean / max", _Raw(f"{overlap['staleness_mean']:.2f} / {overlap['staleness_max']:.0f}"),
              "updates between sampling and training"]]
-    return ("<p>A worker process with its own copy of the weights sampled each rollout while earlier iterations "
-            "trained (<code>rollout.max_staleness</code>). Sampling hidden behind training is the time saved; "
-            "docs/algorithms.md says when that is worth it.</p>"
+    return ("<p>A sampler with its own copy of the weights sampled each rollout while earlier iterations trained "
+            "(<code>rollout.max_staleness</code>). Sampling hidden behind training (after the first iteration) is "
+            "the time saved; docs/algorithms.md says when that is worth it.</p>"
             + _img(png, "asynchronous rollouts") + _table(["", "value", "unit"], rows))
 
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +19,7 @@ from tether.config import PPOConfig, load_config
 from tether.loops.ppo import run_ppo
 from tether.runs import MANIFEST
 
-from tests.integration.test_resume import comparable, ppo_overrides, same_weights
+from tests.integration.test_resume import _cli, comparable, kill_at_first_checkpoint, ppo_overrides, same_weights
 
 
 def async_overrides(task_dir: Path, out: Path, *extra: str) -> list[str]:
@@ -96,16 +93,8 @@ def test_sigkilled_async_run_resumes_to_the_uninterrupted_one(async_run, tiny_ta
     without a parent and exits), then `tether ppo --resume`."""
     reference, _ = async_run
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tether.cli", "ppo", *async_overrides(tiny_task["dir"], out)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not complete_checkpoints(out) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.kill()
-    proc.wait()
-    resumed = subprocess.run([sys.executable, "-m", "tether.cli", "ppo", "--resume", str(out)], env=env,
-                             capture_output=True, text=True, timeout=300)
+    kill_at_first_checkpoint(async_overrides(tiny_task["dir"], out), out)
+    resumed = _cli(["ppo", "--resume", str(out)])
     assert resumed.returncode == 0, resumed.stderr
     assert (out / MANIFEST).exists()
     assert comparable(out) == comparable(reference)

@@ -112,19 +112,24 @@ def test_sigkill_during_checkpoint_write_then_resume(tiny_task, reference_run, t
     assert same_weights(out, reference_run)
 
 
-def test_sigkill_at_random_times_then_resume(tiny_task, reference_run, tmp_path):
-    """Kill the process as soon as its first checkpoint is complete, then resume to the end."""
+def kill_at_first_checkpoint(overrides: list[str], out: Path) -> None:
+    """Start `tether ppo OVERRIDES` and SIGKILL it as soon as its first checkpoint in ``out`` is complete."""
     import time
 
-    out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tether.cli", "ppo", *ppo_overrides(tiny_task["dir"], out)],
+    proc = subprocess.Popen([sys.executable, "-m", "tether.cli", "ppo", *overrides],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while not complete_checkpoints(out) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
     proc.kill()
     proc.wait()
+
+
+def test_sigkill_at_random_times_then_resume(tiny_task, reference_run, tmp_path):
+    """Kill the process as soon as its first checkpoint is complete, then resume to the end."""
+    out = tmp_path / "run"
+    kill_at_first_checkpoint(ppo_overrides(tiny_task["dir"], out), out)
     resumed = _cli(["ppo", "--resume", str(out)])
     assert resumed.returncode == 0, resumed.stderr
     assert comparable(out) == comparable(reference_run)

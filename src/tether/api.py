@@ -223,6 +223,18 @@ def dpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool 
     return run("dpo", config, overrides, resume=resume)
 
 
+def simpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
+    """SimPO (``tether simpo``): a :class:`tether.config.SimPOConfig` (or a dict or YAML path) and
+    overrides -> :class:`RunResult`."""
+    return run("simpo", config, overrides, resume=resume)
+
+
+def orpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
+    """ORPO (``tether orpo``): a :class:`tether.config.ORPOConfig` (or a dict or YAML path) and
+    overrides -> :class:`RunResult`."""
+    return run("orpo", config, overrides, resume=resume)
+
+
 def dry_run(stage: str, config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False):
     """``tether STAGE --dry-run`` from Python: the :class:`tether.plan.Plan` (``print(plan.render())``;
     ``plan.memory``: estimated bytes per role), after the run's own checks of the config, the run

@@ -18,6 +18,8 @@ STAGE_KEYS = {
     "sft": SUPERVISED_KEYS,
     "rm": (*SUPERVISED_KEYS, "normalize"),
     "dpo": (*SUPERVISED_KEYS, "dpo.beta", "dpo.loss", "dpo.label_smoothing"),
+    "simpo": (*SUPERVISED_KEYS, "simpo.beta", "simpo.gamma"),
+    "orpo": (*SUPERVISED_KEYS, "orpo.odds_ratio_weight"),
     "rl": ("algorithm", "ppo.iterations", "rollout.batch_size", "group.size", "rollout.max_prompt_length",
            "rollout.max_new_tokens", "rollout.temperature", "kl.coef", "kl.controller", "kl.estimator",
            "kl.placement", "ppo.epochs", "ppo.minibatch_size", "ppo.clip", "optim.lr", "reward.models"),
@@ -26,6 +28,8 @@ SUPERVISED_DESCRIPTIONS = {
     "sft": "supervised fine-tuning on demonstrations (loss on response tokens only)",
     "rm": "a Bradley-Terry reward model trained on preference pairs",
     "dpo": "DPO on preference pairs (the policy trained directly, no reward model)",
+    "simpo": "SimPO on preference pairs (the length-normalised log-probability as the reward, no reference model)",
+    "orpo": "ORPO on preference pairs (the chosen responses' NLL plus an odds-ratio term, no reference model)",
 }
 
 

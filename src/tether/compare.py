@@ -4,9 +4,9 @@ demo task, with the same budget of generated tokens, measured the same way, on o
 The SFT model, the reward model and the task come from a demo directory (``--from``, or a fresh
 one built here). Each method runs from its preset in ``configs/demo/`` as its own command in a
 child process (so its wall time and peak RSS are its own): ppo, grpo, rloo and reinforce_pp
-generate 128 responses of at most 24 tokens per iteration for 100 iterations; dpo trains on the
-reward model's preference pairs and generates nothing. Every final policy (and the RL runs'
-held-out evaluations during training, and DPO's checkpoints) is then scored on the held-out
+generate 128 responses of at most 24 tokens per iteration for 100 iterations; dpo, simpo and orpo
+train on the reward model's preference pairs and generate nothing. Every final policy (and the RL
+runs' held-out evaluations during training, and the preference methods' checkpoints) is then scored on the held-out
 prompts by the gold judge and the reward model, with the KL to the SFT policy, beside the
 best-of-N curve of the SFT policy. ``DIR/compare.json``, ``DIR/compare.md`` and
 ``DIR/compare.png`` hold the results.
@@ -22,8 +22,7 @@ from pathlib import Path
 from tether.algorithms.registry import ALGORITHMS, DEFAULT_ALGORITHM, load_plugins
 from tether.runs import write_json
 
-DPO = "dpo"  # the one method that is not an RL algorithm: trained on the demo's preference pairs
-DPO_SNAPSHOTS = 4  # DPO checkpoints evaluated along the way (its trajectory)
+SNAPSHOTS = 4  # a preference method's checkpoints evaluated along the way (its trajectory)
 
 
 def rl_methods() -> tuple[str, ...]:
@@ -32,9 +31,16 @@ def rl_methods() -> tuple[str, ...]:
     return tuple(ALGORITHMS)
 
 
+def preference_methods() -> tuple[str, ...]:
+    """The methods trained on the demo's preference pairs instead of sampling (DPO, SimPO, ORPO)."""
+    from tether.stages import compared_preference_stages
+
+    return compared_preference_stages()
+
+
 def methods() -> tuple[str, ...]:
-    """Every method ``tether compare`` can run: the RL algorithms, then DPO."""
-    return (*rl_methods(), DPO)
+    """Every method ``tether compare`` can run: the RL algorithms, then the preference methods."""
+    return (*rl_methods(), *preference_methods())
 
 
 def method_preset(method: str) -> Path:
@@ -55,7 +61,7 @@ def method_args(method: str, demo: Path, out: Path, seed: int, extra: list[str])
     config = method_preset(method)
     common = [f"run.out={out / method}", f"run.seed={seed}", "run.overwrite=true", "run.progress=false",
               f"model.name_or_path={demo / 'sft'}"]
-    if method == DPO:
+    if method in preference_methods():
         paths = [f"data.train={task / 'prefs_train.jsonl'}", f"data.eval={task / 'prefs_eval.jsonl'}"]
     else:
         paths = [f"prompts={task / 'ppo_prompts.jsonl'}", f"reward.models=[{demo / 'rm'}]",
@@ -96,8 +102,8 @@ def compare_demo(out: Path, demo: Path | None = None, methods=None, seed: int = 
     runs = {}
     for i, method in enumerate(methods, 1):
         extra = list(overrides.get(method, []))
-        if method == DPO:
-            extra = [f"run.save_every={_dpo_snapshot_every(demo)}", f"run.keep_checkpoints={DPO_SNAPSHOTS + 1}", *extra]
+        if method in preference_methods():
+            extra = [f"run.save_every={_snapshot_every(demo, method)}", f"run.keep_checkpoints={SNAPSHOTS + 1}", *extra]
         say(f"[{i}/{len(methods)}] {method}: {out / method}")
         result = run_method(method_args(method, demo, out, seed, extra), out / f"{method}.log")
         if result["exit_code"] != 0:
@@ -122,15 +128,15 @@ def compare_demo(out: Path, demo: Path | None = None, methods=None, seed: int = 
     return data
 
 
-def _dpo_snapshot_every(demo: Path) -> int:
-    """Steps between DPO checkpoints: DPO_SNAPSHOTS along one epoch of the demo preset."""
-    from tether.config import DPOConfig, load_config
-    from tether.demo import preset
+def _snapshot_every(demo: Path, method: str) -> int:
+    """Steps between a preference method's checkpoints: SNAPSHOTS along its demo preset's run."""
+    from tether.config import load_config
+    from tether.stages import stage_spec
 
-    cfg = load_config(DPOConfig, preset("dpo"), [])
+    cfg = load_config(stage_spec(method).config_class(), method_preset(method), [])
     rows = sum(1 for line in (demo / "task" / "prefs_train.jsonl").read_text().splitlines() if line.strip())
     steps = max(1, int(rows * cfg.epochs) // cfg.optim.batch_size)
-    return max(1, steps // DPO_SNAPSHOTS)
+    return max(1, steps // SNAPSHOTS)
 
 
 def prepare_demo(demo: Path, seed: int, say) -> Path:

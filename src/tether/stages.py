@@ -21,7 +21,8 @@ class StageSpec:
     """One stage. ``config``: its config class; ``run``: ``run(cfg, resume=False, **extra) -> dict``
     (an RL stage's also takes ``on_iteration``); ``plan``: ``plan(cfg, stage, resume) -> Plan``;
     ``summary``: the command's help; ``api``: its Python function's name (``tether.<api>``);
-    ``algorithm``: the RL algorithm it runs (None: a supervised stage)."""
+    ``algorithm``: the RL algorithm it runs (None: a supervised stage); ``title``: its name in prose;
+    ``compared``: a preference stage ``tether compare`` runs on the demo's pairs beside the RL ones."""
 
     name: str
     config: str
@@ -30,6 +31,8 @@ class StageSpec:
     summary: str
     api: str
     algorithm: str | None = None
+    title: str | None = None
+    compared: bool = False
 
     def config_class(self) -> type:
         return _attr(self.config)
@@ -53,8 +56,21 @@ SUPERVISED = {
                     "reward_model"),
     "dpo": StageSpec("dpo", "tether.config:DPOConfig", "tether.loops.dpo:run_dpo", "tether.plan.dry_run:plan_dpo",
                      "DPO (or IPO): the policy trained on preference pairs directly; no reward model, no RL loop.",
-                     "dpo"),
+                     "dpo", title="DPO", compared=True),
+    "simpo": StageSpec("simpo", "tether.config:SimPOConfig", "tether.loops.reference_free:run_simpo",
+                       "tether.plan.dry_run:plan_simpo",
+                       "SimPO: preference pairs, the length-normalised log-probability as the reward; no reference "
+                       "model.", "simpo", title="SimPO", compared=True),
+    "orpo": StageSpec("orpo", "tether.config:ORPOConfig", "tether.loops.reference_free:run_orpo",
+                      "tether.plan.dry_run:plan_orpo",
+                      "ORPO: preference pairs, the chosen responses' NLL plus an odds-ratio term; no reference "
+                      "model, no SFT stage needed.", "orpo", title="ORPO", compared=True),
 }
+
+
+def compared_preference_stages() -> tuple[str, ...]:
+    """The preference stages ``tether compare`` runs beside the RL algorithms (DPO, SimPO, ORPO)."""
+    return tuple(name for name, spec in SUPERVISED.items() if spec.compared)
 
 
 def stages() -> dict[str, StageSpec]:

@@ -100,21 +100,23 @@ def test_rm_two_ranks_match_one_process(trained, rm_reference, tmp_path, strateg
     report(f"rm {strategy}", largest_metric_diff(rm_reference, out), largest_weight_diff(rm_reference, out))
 
 
-def test_dpo_on_two_ranks_matches_one_process(trained, tmp_path):
-    """DPO under FSDP: the reference's log-probs split over ranks and gathered, then the update."""
+@pytest.mark.parametrize("stage", ["dpo", "simpo"])
+def test_a_preference_stage_on_two_ranks_matches_one_process(stage, trained, tmp_path):
+    """DPO and SimPO under FSDP: DPO's reference log-probs split over ranks and gathered, then the
+    update; SimPO's pairs (no reference) split over ranks, the held-out table gathered."""
     task = trained["task"]
 
     def args(out, *extra):
-        return ["dpo", f"run.out={out}", "run.progress=false", "run.log_every=1", "run.threads=1",
+        return [stage, f"run.out={out}", "run.progress=false", "run.log_every=1", "run.threads=1",
                 f"model.name_or_path={trained['sft']}", f"data.train={task / 'prefs_train.jsonl'}",
                 f"data.eval={task / 'prefs_eval.jsonl'}", "data.max_length=64", "optim.lr=1e-3",
                 "optim.batch_size=8", "optim.grad_accum_steps=2", "max_steps=4", "eval_every=2", *extra]
 
-    ok(one_process(args(tmp_path / "dpo-1")))
-    ok(torchrun(args(tmp_path / "dpo-2", "distributed.strategy=fsdp")))
-    assert layout(tmp_path / "dpo-2") == layout(tmp_path / "dpo-1")
-    report("dpo fsdp", largest_metric_diff(tmp_path / "dpo-1", tmp_path / "dpo-2"),
-           largest_weight_diff(tmp_path / "dpo-1", tmp_path / "dpo-2"))
+    one, two = tmp_path / f"{stage}-1", tmp_path / f"{stage}-2"
+    ok(one_process(args(one)))
+    ok(torchrun(args(two, "distributed.strategy=fsdp")))
+    assert layout(two) == layout(one)
+    report(f"{stage} fsdp", largest_metric_diff(one, two), largest_weight_diff(one, two))
 
 
 # -- PPO -----------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {}
 DEFAULT_ALGORITHM = "ppo"
 
 #: Names the RL commands cannot take: the other commands and stages.
-RESERVED = frozenset({"demo", "sft", "rm", "dpo", "eval", "compare", "pairs", "label", "iterate", "sweep", "report",
+RESERVED = frozenset({"demo", "sft", "rm", "dpo", "simpo", "orpo", "eval", "compare", "pairs", "label", "iterate", "sweep", "report",
                       "serve", "bench", "launch", "run", "dry_run", "reward_model"})
 
 

@@ -8,7 +8,8 @@ from tether.errors import ConfigError
 def register(sub) -> None:
     p = sub.add_parser(
         "compare",
-        help="PPO, GRPO, RLOO, REINFORCE++ and DPO side by side on the demo task, with best-of-N.",
+        help="The RL algorithms and the preference methods (DPO, SimPO, ORPO) side by side on the demo task, with "
+             "best-of-N.",
         description="Run each method from the demo presets (configs/demo/METHOD.yaml) from the same SFT model and "
         "reward model, with the same budget of generated tokens; score every final policy (and each run's "
         "held-out evaluations along the way) with the gold judge, the reward model and the KL to SFT, beside "
@@ -20,7 +21,8 @@ def register(sub) -> None:
     p.add_argument("--from", dest="source", default=None, metavar="DEMO_DIR",
                    help="Reuse the task, SFT and reward model of a `tether demo` run (default: build them in DIR/demo).")
     p.add_argument("--methods", default=None,
-                   help="Comma-separated methods to run: registered RL algorithms and dpo (default: all of them).")
+                   help="Comma-separated methods to run: registered RL algorithms, dpo, simpo and orpo (default: all "
+                        "of them).")
     p.add_argument("--seed", type=int, default=0, help="Seed of every run and of the evaluation (default 0).")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="METHOD:KEY=VALUE",
                    help="Override a method's config key, e.g. --set grpo:group.size=8 (repeatable).")

@@ -1,13 +1,15 @@
 """Typed config trees, YAML presets and dotted overrides."""
 
 from tether.config.base import describe, from_dict, load_config, rebase_paths, replace, save_config, to_dict
-from tether.config.stages import DPOConfig, PPOConfig, RewardModelConfig, SFTConfig
+from tether.config.stages import DPOConfig, ORPOConfig, PPOConfig, RewardModelConfig, SFTConfig, SimPOConfig
 
 __all__ = [
     "DPOConfig",
+    "ORPOConfig",
     "PPOConfig",
     "RewardModelConfig",
     "SFTConfig",
+    "SimPOConfig",
     "describe",
     "rebase_paths",
     "from_dict",

@@ -174,6 +174,70 @@ class DPOConfig:
 
 
 @dataclass(frozen=True)
+class SimPOLossConfig:
+    """The SimPO loss (docs/algorithms.md): -log sigmoid(beta * (logp_c/|y_c| - logp_r/|y_r|) - gamma)."""
+
+    beta: float = option(2.0, "beta: the scale of the length-normalised log-probability reward (Meng et al. 2024 "
+                              "use 2.0-2.5).", gt=0)
+    gamma: float = option(1.0, "gamma: the target reward margin between chosen and rejected (the paper keeps "
+                               "gamma/beta near 0.5).", ge=0)
+
+
+@dataclass(frozen=True)
+class ORPOLossConfig:
+    """The ORPO loss (docs/algorithms.md): the chosen response's NLL + lambda * the odds-ratio term."""
+
+    odds_ratio_weight: float = option(
+        0.1, "lambda: the weight of -log sigmoid(log odds(y_c) - log odds(y_r)) beside the chosen response's "
+             "NLL (Hong et al. 2024 use 0.1-0.25).", gt=0)
+
+
+@dataclass(frozen=True)
+class ReferenceFreeConfig:
+    """What the reference-free preference stages (SimPO, ORPO) share: the policy trained on preference
+    pairs, with no reference model and no reward model."""
+
+    run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
+    model: ModelConfig = section(ModelConfig, "The policy's initial weights: the SFT checkpoint (SimPO), or a base "
+                                              "or SFT model (ORPO trains the chosen responses' NLL too).")
+    data: DataConfig = section(DataConfig, "Pairs, as the reward-model stage reads them.")
+    optim: OptimConfig = section(OptimConfig, "Optimiser and schedule.")
+    epochs: float = option(1.0, "Passes over the pairs.", gt=0)
+    max_steps: int | None = option(None, "Stop after this many optimiser steps (overrides epochs).", ge=1)
+    eval_every: int = option(200, "Evaluate the implicit reward's held-out accuracy every this many steps.", ge=1)
+    on_identical: Literal["error", "skip"] = option(
+        "skip", "Pairs whose chosen equals rejected: skip and count them, or stop."
+    )
+    lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the policy (r = 0: off).")
+    gradient_checkpointing: bool = option(
+        False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
+               "memory, ~30% more compute. Same losses and gradients.",
+    )
+    cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
+    distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
+    placement: PlacementConfig = section(PlacementConfig, "Where the trained model runs: this process, or a Ray "
+                                                          "cluster (role policy).")
+
+    def validate(self) -> None:
+        self.placement.ray.check_roles(("policy",))
+        check_supervised(self)
+
+
+@dataclass(frozen=True)
+class SimPOConfig(ReferenceFreeConfig):
+    """SimPO: preference pairs, the length-normalised log-probability as the reward, no reference model."""
+
+    simpo: SimPOLossConfig = section(SimPOLossConfig, "The loss.")
+
+
+@dataclass(frozen=True)
+class ORPOConfig(ReferenceFreeConfig):
+    """ORPO: preference pairs, the chosen responses' NLL plus an odds-ratio term, no reference model."""
+
+    orpo: ORPOLossConfig = section(ORPOLossConfig, "The loss.")
+
+
+@dataclass(frozen=True)
 class PPOConfig:
     """PPO-RLHF: actor, reference, reward, critic."""
 
@@ -392,4 +456,4 @@ def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
     return rules
 
 
-__all__ = ["SFTConfig", "RewardModelConfig", "PPOConfig", "DPOConfig"]
+__all__ = ["SFTConfig", "RewardModelConfig", "PPOConfig", "DPOConfig", "SimPOConfig", "ORPOConfig"]

@@ -14,8 +14,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from tether.plan.memory import (PHASES, SPLIT, Shape, Workload, default_logprob_chunk, human_bytes, per_rank_bytes,
-                                predict_peak, sampling_peak_bytes)
+from tether.plan.memory import (PHASES, REFERENCE_FREE, SPLIT, SUPERVISED_STAGES, Shape, Workload,
+                                default_logprob_chunk, human_bytes, per_rank_bytes, predict_peak, sampling_peak_bytes)
 from tether.plan import meta_models
 from tether.rollout import captured_logprobs, engine_class
 
@@ -145,6 +145,7 @@ PHASE_WHAT = {"sft": {"update": "forward + backward + AdamW"},
               "rm": {"update": "forward + backward + AdamW"},
               "dpo": {"logprobs": "the reference's log-probs, before training",
                       "update": "forward + backward + AdamW"},
+              **{stage: {"update": "forward + backward + AdamW"} for stage in REFERENCE_FREE},
               "rl": {"rollout": "generation", "logprobs": "old and reference log-probs, values, scores",
                      "update": "actor and critic forward + backward + AdamW"}}
 SPLIT_NAMES = {"weights": "weights", "gradients": "gradients", "optimizer": "AdamW", "optimizer_step": "AdamW step",
@@ -181,7 +182,7 @@ def _peak(plan: Plan, config, roles: dict, run: Workload) -> None:
                          f"{parts or 'nothing besides the resident'})")
     split = peak["split"]
     resident = ", ".join(f"{SPLIT_NAMES[k]} {human_bytes(split[k])}" for k in ("weights", "optimizer", "baseline"))
-    tokens = (f"{run.micro_batch} x {run.seq} tokens per micro-batch" if run.stage in ("sft", "rm", "dpo") else
+    tokens = (f"{run.micro_batch} x {run.seq} tokens per micro-batch" if run.stage in SUPERVISED_STAGES else
               f"{run.batch} episodes of {run.prompt} + {run.response} tokens, micro-batches of {run.micro_batch}")
     sharded = " (whole roles: fsdp's shards are in 'memory')" if _world() > 1 else ""
     at = PHASE_NAMES[peak["phase"]]
@@ -282,6 +283,27 @@ def plan_dpo(cfg, resume: bool = False) -> Plan:
         return tokenizer, configs, train, evals, counts
 
     return _plan_supervised("dpo", cfg, resume, load, "preference pairs", "policy", scalar=False)
+
+
+def _plan_reference_free(stage: str, cfg, resume: bool) -> Plan:
+    from tether.loops.reference_free import pair_stage_inputs
+    from tether.models.loading import load_model_config
+
+    def load(cfg):
+        inputs = pair_stage_inputs(cfg)
+        configs = {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path",
+                                                             cfg.model.trust_remote_code)}
+        return inputs.tokenizer, configs, inputs.train, inputs.evals, inputs.counts
+
+    return _plan_supervised(stage, cfg, resume, load, "preference pairs", "policy", scalar=False)
+
+
+def plan_simpo(cfg, resume: bool = False) -> Plan:
+    return _plan_reference_free("simpo", cfg, resume)
+
+
+def plan_orpo(cfg, resume: bool = False) -> Plan:
+    return _plan_reference_free("orpo", cfg, resume)
 
 
 def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:

@@ -362,12 +362,18 @@ def _largest(parts: list[dict[str, int]]) -> dict[str, int]:
     return max(parts, key=lambda p: sum(p.values())) if parts else {}
 
 
+#: The preference stages that train the policy with no reference model (one pass over chosen and rejected).
+REFERENCE_FREE = ("simpo", "orpo")
+#: The stages whose memory is one supervised pass per micro-batch (the rest are RL iterations).
+SUPERVISED_STAGES = ("sft", "rm", "dpo", *REFERENCE_FREE)
+
+
 def phase_transients(shape: Shape, roles: dict[str, RoleSize], run: Workload) -> dict[str, dict[str, int]]:
     """Each phase's transient bytes by kind: the largest pass of the phase (passes run one after
     another; ``parallel_roles`` adds the actor's and the critic's updates together)."""
     v, chunk = shape.vocab, run.logprob_chunk
     actor = roles.get("actor") or roles.get("policy") or roles.get("reward") or RoleSize()
-    if run.stage in ("sft", "rm", "dpo"):
+    if run.stage in SUPERVISED_STAGES:
         micro = run.micro_batch
         if run.stage == "sft":  # chunked: SFT through tether.models.forward.sequence_logprobs
             positions = micro * (run.seq - 1)
@@ -378,6 +384,8 @@ def phase_transients(shape: Shape, roles: dict[str, RoleSize], run: Workload) ->
             return {"update": _pass(shape, run, actor, 2 * micro * run.seq, 0, True)}
         positions = 2 * micro * (run.response or run.seq)
         update = _pass(shape, run, actor, 2 * micro * run.seq, head_bytes(positions, v, True, False, chunk), True)
+        if run.stage in REFERENCE_FREE:  # SimPO, ORPO: no reference pass
+            return {"update": update}
         reference = _pass(shape, run, RoleSize(frozen=1), 2 * micro * run.seq,
                           head_bytes(positions, v, False, False, chunk), False)
         return {"logprobs": reference, "update": update}

@@ -18,19 +18,33 @@ PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#ff7f0e", "#17becf", "#b
 DPO_COLOR = "#d62728"
 
 
-def method_name(method: str) -> str:
-    """A method's name in prose: the registered algorithm's title, else the method upper-cased (DPO)."""
-    from tether.algorithms.registry import ALGORITHMS
+PREFERENCE_COLORS = (DPO_COLOR, "#7f7f7f", "#000000")
 
-    return ALGORITHMS[method].title if method in ALGORITHMS else method.upper()
+
+def method_name(method: str) -> str:
+    """A method's name in prose: the registered algorithm's title, a stage's title (DPO, SimPO), else
+    the method upper-cased."""
+    from tether.algorithms.registry import ALGORITHMS
+    from tether.stages import SUPERVISED
+
+    if method in ALGORITHMS:
+        return ALGORITHMS[method].title
+    spec = SUPERVISED.get(method)
+    return spec.title if spec is not None and spec.title else method.upper()
 
 
 def method_color(method: str) -> str:
-    """One colour per method, stable across charts: registry order for the RL algorithms."""
+    """One colour per method, stable across charts: registry order for the RL algorithms, stage-table
+    order for the preference methods."""
     from tether.algorithms.registry import ALGORITHMS
+    from tether.stages import compared_preference_stages
 
-    names = list(ALGORITHMS)
-    return PALETTE[names.index(method) % len(PALETTE)] if method in names else DPO_COLOR
+    names, preference = list(ALGORITHMS), compared_preference_stages()
+    if method in names:
+        return PALETTE[names.index(method) % len(PALETTE)]
+    if method in preference:
+        return PREFERENCE_COLORS[preference.index(method) % len(PREFERENCE_COLORS)]
+    return DPO_COLOR
 
 
 def compare_plot(data: dict, out_png: str | Path) -> Path:

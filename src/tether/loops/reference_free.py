@@ -1,0 +1,150 @@
+"""SimPO and ORPO: the policy trained on preference pairs with no reference model and no reward
+model (:mod:`tether.algos.preference` holds the losses). The pairs are the reward-model stage's
+files, read as DPO reads them.
+
+Each step scores the chosen and rejected responses of a batch in one forward of the policy
+(:func:`tether.loops.dpo.pair_logprobs`): their summed log-probs, and their lengths in tokens.
+
+- SimPO's implicit reward of a response is β·log π(y|x)/|y|.
+- ORPO's is the log odds of its mean token probability; its loss adds the chosen responses'
+  NLL, so it needs no SFT stage before it.
+
+Held-out evaluation reports that reward's pairwise accuracy and margin, as DPO reports its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from tether.algos.preference import log_odds, orpo_loss, simpo_loss
+from tether.config import ORPOConfig, SimPOConfig
+from tether.loops.common import data_limit, steps_for
+from tether.loops.dpo import pair_logprob_table, pair_logprobs
+from tether.loops.reward_model import load_pairs
+from tether.loops.sft import optimizer_spec
+from tether.loops.stage import StageBody, StageInputs, run_stage
+from tether.models import load_causal_lm, load_tokenizer
+from tether.models.loading import load_model_config
+from tether.roles.builder import build_trained, resume_adapter, resume_source
+from tether.roles.supervised import StageRoles, SupervisedModel
+from tether.engines import engine_settings
+from tether.runs import guarded_run
+
+#: (B,) summed chosen and rejected log-probs, (B,) their lengths -> (loss, (B,) chosen and
+#: rejected implicit rewards, extra stats).
+Objective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple]
+
+
+def lengths(pairs: list, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) token counts of each pair's chosen and rejected response."""
+    chosen = torch.tensor([len(p.chosen_ids) for p in pairs], dtype=torch.float32, device=device)
+    rejected = torch.tensor([len(p.rejected_ids) for p in pairs], dtype=torch.float32, device=device)
+    return chosen, rejected
+
+
+def simpo_objective(cfg: SimPOConfig) -> Objective:
+    beta, gamma = cfg.simpo.beta, cfg.simpo.gamma
+
+    def objective(pc, pr, lc, lr):
+        loss = simpo_loss(pc, pr, lc, lr, beta, gamma)
+        return loss, beta * pc.float() / lc, beta * pr.float() / lr, {}
+
+    return objective
+
+
+def orpo_objective(cfg: ORPOConfig) -> Objective:
+    weight = cfg.orpo.odds_ratio_weight
+
+    def objective(pc, pr, lc, lr):
+        mean_c, mean_r = pc.float() / lc, pr.float() / lr
+        nll = -pc.float().sum() / lc.sum()  # the chosen responses' token-mean NLL, as SFT's loss
+        loss, ratio_term = orpo_loss(mean_c, mean_r, nll, weight)
+        return loss, log_odds(mean_c), log_odds(mean_r), {"nll": nll, "odds_ratio_loss": ratio_term}
+
+    return objective
+
+
+def pair_stage_inputs(cfg) -> StageInputs:
+    """The tokenizer, the policy's config and the pairs (:func:`load_pairs`), checked before any weight
+    is read, the length limit fitted to the policy."""
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    configs = {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path",
+                                                         cfg.model.trust_remote_code)}
+    train, _, evals, counts = load_pairs(cfg, tokenizer, data_limit(cfg, configs))
+    return StageInputs(tokenizer, train, evals, counts, {"data.max_length": data_limit(cfg, configs)})
+
+
+@torch.no_grad()
+def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, objective: Objective,
+                   autocast: str = "none") -> dict:
+    """Held-out loss, and the implicit reward's pairwise accuracy, margin and means."""
+    table = pair_logprob_table(model, pairs, pad_id, batch_size, autocast)
+    lc, lr = lengths(pairs, table.device)
+    loss, chosen, rejected, extra = objective(table[:, 0], table[:, 1], lc, lr)
+    return {"eval/loss": float(loss), "eval/accuracy": float((chosen > rejected).float().mean()),
+            "eval/margin": float((chosen - rejected).mean()), "eval/chosen_reward": float(chosen.mean()),
+            "eval/rejected_reward": float(rejected.mean()), **{f"eval/{k}": float(v) for k, v in extra.items()}}
+
+
+def build_pair_roles(cfg, objective: Objective, name: str, checkpoint=None, inputs: StageInputs | None = None,
+                     total_steps: int | None = None) -> StageRoles:
+    """The policy role of a reference-free preference stage: the policy through the trained-model
+    builder, the ``objective`` over training pairs and its held-out evaluation."""
+    inputs = inputs or pair_stage_inputs(cfg)
+    train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
+    total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
+    source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
+    model = load_causal_lm(source, tokenizer, cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, key=key,
+                           attn_implementation=cfg.model.attn_implementation)
+    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), engine_settings(cfg), lora=cfg.lora,
+                           adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
+                           strategy=cfg.distributed.strategy)
+    autocast = engine.autocast
+
+    def loss(module, items):
+        rows = [train[i] for i in items]
+        pc, pr = pair_logprobs(module, rows, pad, autocast)
+        lc, lr = lengths(rows, pc.device)
+        value, chosen, rejected, extra = objective(pc, pr, lc, lr)
+        with torch.no_grad():
+            stats = {"train/loss": float(value.detach()), "train/accuracy": float((chosen > rejected).float().mean()),
+                     "train/margin": float((chosen - rejected).mean()),
+                     **{f"train/{k}": float(v.detach()) for k, v in extra.items()}}
+        return value, stats
+
+    def evaluate() -> dict:
+        return engine.infer(evaluate_pairs, evals, pad, batch, objective, autocast)
+
+    return StageRoles({"policy": SupervisedModel(engine, loss, evaluate if evals else None, name=f"{name} loss")})
+
+
+def build_simpo_roles(cfg: SimPOConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,
+                      total_steps: int | None = None) -> StageRoles:
+    return build_pair_roles(cfg, simpo_objective(cfg), SIMPO.name, checkpoint, inputs, total_steps)
+
+
+def build_orpo_roles(cfg: ORPOConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,
+                     total_steps: int | None = None) -> StageRoles:
+    return build_pair_roles(cfg, orpo_objective(cfg), ORPO.name, checkpoint, inputs, total_steps)
+
+
+SIMPO = StageBody(name="simpo", role="policy", inputs=pair_stage_inputs, build=build_simpo_roles,
+                  counted=("train_pairs", "eval_pairs"))
+ORPO = StageBody(name="orpo", role="policy", inputs=pair_stage_inputs, build=build_orpo_roles,
+                 counted=("train_pairs", "eval_pairs"))
+
+
+@guarded_run
+def run_simpo(cfg: SimPOConfig, resume: bool = False) -> dict:
+    """Train the policy with SimPO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
+    return run_stage(cfg, SIMPO, resume)
+
+
+@guarded_run
+def run_orpo(cfg: ORPOConfig, resume: bool = False) -> dict:
+    """Train the policy with ORPO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
+    return run_stage(cfg, ORPO, resume)

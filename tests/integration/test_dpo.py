@@ -8,6 +8,7 @@ import json
 import pytest
 
 from card_checks import assert_model_card
+from stage_helpers import killed_run_resumes_bitwise
 from tether.cli import main
 from tether.metrics.logger import read_metrics
 
@@ -86,32 +87,9 @@ def test_a_short_run_scores_only_the_rows_it_trains_on(trained, tmp_path, monkey
 def test_a_killed_dpo_run_resumes_bitwise(trained, tmp_path):
     """SIGKILL at step 5 of 6 (checkpoints every 2 steps), then --resume: the reference log-probs
     of the rows the run draws, computed again, are the uninterrupted run's, and so is the result."""
-    import os
-    import subprocess
-    import sys
-
-    import torch
-    from safetensors.torch import load_file
-
-    def run(*args, env=None):
-        return subprocess.run([sys.executable, "-m", "tether.cli", "dpo", *args], capture_output=True, text=True,
-                              timeout=300, env={**os.environ, **(env or {})})
 
     def args(out):
         return dpo_args(trained, out, "max_steps=6", "eval_every=3", "optim.batch_size=8", "run.save_every=2",
                         "run.log_every=1")
 
-    reference, out = tmp_path / "reference", tmp_path / "killed"
-    assert run(*args(reference)).returncode == 0
-    assert run(*args(out), env={"TETHER_FAULT": "step:5"}).returncode == -9
-    resumed = run("--resume", str(out))
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from step 4" in resumed.stderr
-
-    def comparable(run_dir):
-        return [{k: v for k, v in r.items() if k != "time" and not k.startswith(("timing/", "perf/"))}
-                for r in read_metrics(run_dir / "metrics.jsonl")]
-
-    assert comparable(out) == comparable(reference)
-    a, b = load_file(str(out / "model.safetensors")), load_file(str(reference / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    killed_run_resumes_bitwise("dpo", args, tmp_path)

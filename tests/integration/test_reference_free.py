@@ -8,6 +8,8 @@ import json
 
 import pytest
 from card_checks import assert_model_card
+from stage_helpers import killed_run_resumes_bitwise
+from test_dpo import dpo_args as pair_args  # the same pairs and budget as DPO's tests
 
 from tether.cli import main
 from tether.metrics.logger import read_metrics
@@ -15,14 +17,6 @@ from tether.metrics.logger import read_metrics
 pytestmark = pytest.mark.slow
 
 STAGES = {"simpo": ("simpo.beta=2.0", "simpo.gamma=0.5"), "orpo": ("orpo.odds_ratio_weight=0.5",)}
-
-
-def pair_args(trained, out, *extra):
-    task = trained["task"]
-    return [f"run.out={out}", "run.progress=false", "run.log_every=5", "run.threads=1",
-            f"model.name_or_path={trained['sft']}", f"data.train={task / 'prefs_train.jsonl'}",
-            f"data.eval={task / 'prefs_eval.jsonl'}", "data.max_length=64", "optim.lr=1e-3", "optim.batch_size=16",
-            "max_steps=30", "eval_every=30", *extra]
 
 
 def evals(out):
@@ -62,35 +56,12 @@ def test_a_lora_policy(stage, trained, tmp_path):
 def test_a_killed_simpo_run_resumes_bitwise(trained, tmp_path):
     """SIGKILL at step 5 of 6 (checkpoints every 2 steps), then --resume: the result is the
     uninterrupted run's."""
-    import os
-    import subprocess
-    import sys
-
-    import torch
-    from safetensors.torch import load_file
-
-    def run(*args, env=None):
-        return subprocess.run([sys.executable, "-m", "tether.cli", "simpo", *args], capture_output=True, text=True,
-                              timeout=300, env={**os.environ, **(env or {})})
 
     def args(out):
         return pair_args(trained, out, "max_steps=6", "eval_every=3", "optim.batch_size=8", "run.save_every=2",
                          "run.log_every=1")
 
-    reference, out = tmp_path / "reference", tmp_path / "killed"
-    assert run(*args(reference)).returncode == 0
-    assert run(*args(out), env={"TETHER_FAULT": "step:5"}).returncode == -9
-    resumed = run("--resume", str(out))
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from step 4" in resumed.stderr
-
-    def comparable(run_dir):
-        return [{k: v for k, v in r.items() if k != "time" and not k.startswith(("timing/", "perf/"))}
-                for r in read_metrics(run_dir / "metrics.jsonl")]
-
-    assert comparable(out) == comparable(reference)
-    a, b = load_file(str(out / "model.safetensors")), load_file(str(reference / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    killed_run_resumes_bitwise("simpo", args, tmp_path)
 
 
 @pytest.mark.parametrize("stage", list(STAGES))

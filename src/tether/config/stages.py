@@ -134,46 +134,6 @@ class DPOLossConfig:
 
 
 @dataclass(frozen=True)
-class DPOConfig:
-    """DPO: the policy trained on preference pairs directly, no reward model and no RL loop."""
-
-    run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
-    model: ModelConfig = section(ModelConfig, "The policy's initial weights, normally the SFT checkpoint.")
-    reference: str | None = option(
-        None, "The reference policy; default: model.name_or_path (with LoRA: the policy's base, adapters off).",
-        path=True)
-    data: DataConfig = section(DataConfig, "Pairs, as the reward-model stage reads them.")
-    optim: OptimConfig = section(OptimConfig, "Optimiser and schedule.")
-    epochs: float = option(1.0, "Passes over the pairs.", gt=0)
-    max_steps: int | None = option(None, "Stop after this many optimiser steps (overrides epochs).", ge=1)
-    eval_every: int = option(200, "Evaluate the implicit reward's held-out accuracy every this many steps.", ge=1)
-    on_identical: Literal["error", "skip"] = option(
-        "skip", "Pairs whose chosen equals rejected: skip and count them, or stop."
-    )
-    dpo: DPOLossConfig = section(DPOLossConfig, "The loss.")
-    lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the policy (r = 0: off).")
-    gradient_checkpointing: bool = option(
-        False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
-               "memory, ~30% more compute. Same losses and gradients.",
-    )
-    cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
-    distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
-    placement: PlacementConfig = section(PlacementConfig, "Where the trained model runs: this process, or a Ray "
-                                                          "cluster (role policy; the reward model's: reward).")
-
-    def validate(self) -> None:
-        self.placement.ray.check_roles(("policy",))  # the policy DPO trains (the reference is its worker's)
-        if self.lora.enabled and self.lora.dropout:
-            raise ConfigError(f"Config key 'lora.dropout' = {self.lora.dropout}: DPO needs 0 (the policy's log-probs "
-                              "are compared with the reference's, computed once without dropout).")
-        if self.dpo.loss == "ipo" and self.dpo.label_smoothing:
-            raise ConfigError(f"Config key 'dpo.label_smoothing' = {self.dpo.label_smoothing} with dpo.loss='ipo': "
-                              "label smoothing is a term of the sigmoid (DPO) loss only; IPO's squared loss has none, so "
-                              "it would have no effect. Drop it, or use dpo.loss=sigmoid.")
-        check_supervised(self)
-
-
-@dataclass(frozen=True)
 class SimPOLossConfig:
     """The SimPO loss (docs/algorithms.md): -log sigmoid(beta * (logp_c/|y_c| - logp_r/|y_r|) - gamma)."""
 
@@ -193,13 +153,13 @@ class ORPOLossConfig:
 
 
 @dataclass(frozen=True)
-class ReferenceFreeConfig:
-    """What the reference-free preference stages (SimPO, ORPO) share: the policy trained on preference
-    pairs, with no reference model and no reward model."""
+class PairStageConfig:
+    """What the stages that train the policy on preference pairs share (DPO, SimPO, ORPO): no reward
+    model and no RL loop."""
 
     run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
-    model: ModelConfig = section(ModelConfig, "The policy's initial weights: the SFT checkpoint (SimPO), or a base "
-                                              "or SFT model (ORPO trains the chosen responses' NLL too).")
+    model: ModelConfig = section(ModelConfig, "The policy's initial weights, normally the SFT checkpoint (ORPO, "
+                                              "which trains the chosen responses' NLL too, may start from a base).")
     data: DataConfig = section(DataConfig, "Pairs, as the reward-model stage reads them.")
     optim: OptimConfig = section(OptimConfig, "Optimiser and schedule.")
     epochs: float = option(1.0, "Passes over the pairs.", gt=0)
@@ -219,19 +179,39 @@ class ReferenceFreeConfig:
                                                           "cluster (role policy).")
 
     def validate(self) -> None:
-        self.placement.ray.check_roles(("policy",))
+        self.placement.ray.check_roles(("policy",))  # DPO's reference is its worker's
         check_supervised(self)
 
 
 @dataclass(frozen=True)
-class SimPOConfig(ReferenceFreeConfig):
+class DPOConfig(PairStageConfig):
+    """DPO: the policy trained on preference pairs directly, no reward model and no RL loop."""
+
+    reference: str | None = option(
+        None, "The reference policy; default: model.name_or_path (with LoRA: the policy's base, adapters off).",
+        path=True)
+    dpo: DPOLossConfig = section(DPOLossConfig, "The loss.")
+
+    def validate(self) -> None:
+        if self.lora.enabled and self.lora.dropout:
+            raise ConfigError(f"Config key 'lora.dropout' = {self.lora.dropout}: DPO needs 0 (the policy's log-probs "
+                              "are compared with the reference's, computed once without dropout).")
+        if self.dpo.loss == "ipo" and self.dpo.label_smoothing:
+            raise ConfigError(f"Config key 'dpo.label_smoothing' = {self.dpo.label_smoothing} with dpo.loss='ipo': "
+                              "label smoothing is a term of the sigmoid (DPO) loss only; IPO's squared loss has none, so "
+                              "it would have no effect. Drop it, or use dpo.loss=sigmoid.")
+        super().validate()
+
+
+@dataclass(frozen=True)
+class SimPOConfig(PairStageConfig):
     """SimPO: preference pairs, the length-normalised log-probability as the reward, no reference model."""
 
     simpo: SimPOLossConfig = section(SimPOLossConfig, "The loss.")
 
 
 @dataclass(frozen=True)
-class ORPOConfig(ReferenceFreeConfig):
+class ORPOConfig(PairStageConfig):
     """ORPO: preference pairs, the chosen responses' NLL plus an odds-ratio term, no reference model."""
 
     orpo: ORPOLossConfig = section(ORPOLossConfig, "The loss.")

@@ -73,11 +73,11 @@ class RolloutWorker:
     tensor) pairs of the actor's current weights (the actor's ``sync_weights``). The process
     samples nothing before the first :meth:`push_weights`."""
 
-    def __init__(self, spec: WorkerSpec, weights_source, version: int = 0):
+    def __init__(self, spec: WorkerSpec, weights_source):
         import torch.multiprocessing as mp
 
         self.weights_source = weights_source
-        self.version = version
+        self.version: int | None = None  # the last version pushed
         self.device = spec.device
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()

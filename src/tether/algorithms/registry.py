@@ -69,8 +69,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {}
 DEFAULT_ALGORITHM = "ppo"
 
 #: Names the RL commands cannot take: the other commands and stages.
-RESERVED = frozenset({"demo", "sft", "rm", "dpo", "simpo", "orpo", "eval", "compare", "pairs", "label", "iterate", "sweep", "report",
-                      "serve", "bench", "launch", "run", "dry_run", "reward_model"})
+RESERVED = frozenset({"demo", "sft", "rm", "dpo", "simpo", "orpo", "eval", "compare", "pairs", "label", "iterate",
+                      "sweep", "report", "serve", "bench", "launch", "run", "dry_run", "reward_model"})
 
 
 def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:

@@ -19,17 +19,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tether.algos.group import importance_ratio
 from tether.algos.masked import masked_mean
 
 IS_MODES = ("none", "tis", "mis")
 
 
 def behaviour_ratio(old_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor) -> Tensor:
-    """(B, A) π_old / μ per token, exp(log π_old − log μ); 1 on padding (whatever is there)."""
-    m = mask.bool()
-    log_ratio = torch.where(m, old_logprobs - behaviour_logprobs, torch.zeros((), dtype=old_logprobs.dtype,
-                                                                               device=old_logprobs.device))
-    return torch.exp(log_ratio)
+    """(B, A) π_old / μ per token, exp(log π_old − log μ); 1 on padding (whatever is there): the
+    token-level importance ratio of π_old against μ."""
+    return importance_ratio(old_logprobs, behaviour_logprobs, mask, "token")
 
 
 def is_weights(old_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor, mode: str,

@@ -66,14 +66,19 @@ def orpo_objective(cfg: ORPOConfig) -> Objective:
     return objective
 
 
-def pair_stage_inputs(cfg) -> StageInputs:
-    """The tokenizer, the policy's config and the pairs (:func:`load_pairs`), checked before any weight
-    is read, the length limit fitted to the policy."""
+def pair_inputs(cfg):
+    """Everything SimPO and ORPO read before the weights, checked: (tokenizer, the policy's config by
+    path, :func:`load_pairs`' result). Their ``--dry-run`` stops here."""
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     configs = {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path",
                                                          cfg.model.trust_remote_code)}
-    train, _, evals, counts = load_pairs(cfg, tokenizer, data_limit(cfg, configs))
+    return tokenizer, configs, load_pairs(cfg, tokenizer, data_limit(cfg, configs))
+
+
+def pair_stage_inputs(cfg) -> StageInputs:
+    """:func:`pair_inputs` as the skeleton takes them, the length limit fitted to the policy."""
+    tokenizer, configs, (train, _, evals, counts) = pair_inputs(cfg)
     return StageInputs(tokenizer, train, evals, counts, {"data.max_length": data_limit(cfg, configs)})
 
 

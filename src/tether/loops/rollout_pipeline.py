@@ -80,7 +80,7 @@ class RolloutPipeline:
 
     def in_flight(self, iteration: int) -> list[int]:
         """The iterations at or after ``iteration`` whose rollouts were requested."""
-        return [i for i in range(iteration, self.next)]
+        return list(range(iteration, self.next))
 
     # -- resume ---------------------------------------------------------------------------------
     def state_dict(self, iteration: int) -> dict:

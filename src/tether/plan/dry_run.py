@@ -286,14 +286,11 @@ def plan_dpo(cfg, resume: bool = False) -> Plan:
 
 
 def _plan_reference_free(stage: str, cfg, resume: bool) -> Plan:
-    from tether.loops.reference_free import pair_stage_inputs
-    from tether.models.loading import load_model_config
+    from tether.loops.reference_free import pair_inputs
 
     def load(cfg):
-        inputs = pair_stage_inputs(cfg)
-        configs = {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path",
-                                                             cfg.model.trust_remote_code)}
-        return inputs.tokenizer, configs, inputs.train, inputs.evals, inputs.counts
+        tokenizer, configs, (train, _, evals, counts) = pair_inputs(cfg)
+        return tokenizer, configs, train, evals, counts
 
     return _plan_supervised(stage, cfg, resume, load, "preference pairs", "policy", scalar=False)
 

@@ -156,8 +156,8 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     actor = reference = critic = rollout = sampler = None
     contexts = {}
     if has_actor:
-        actor, critic, rollout, sampler, actor_model = _actor_roles(cfg, actor_model, critic_model, tokenizer, settings,
-                                                           prepared, adapters.get("actor"), contexts)
+        actor, critic, rollout, sampler, actor_model = _actor_roles(
+            cfg, actor_model, critic_model, tokenizer, settings, prepared, adapters.get("actor"), contexts)
     if has_critic:
         critic = _critic_role(cfg, critic_model, settings, adapters.get("critic"), contexts)
     if reward == SHARED_WITH_CRITIC:

@@ -5,15 +5,17 @@ seed's value, from the `compare.json` of one `benchmarks/algorithm_sweep.py` run
 
 Prints a markdown table, one row per setting (label), and with `--against BASE` each setting's
 gold and KL relative to the setting BASE of the same method prefix (``ppo-k1`` against
-``ppo-sync`` with ``--against sync``).
+``ppo-sync`` with ``--against sync``). The statistics are the package's
+(:func:`tether.eval.seeds.mean_sd_ci`: sample sd, n − 1); one seed has no sd (—).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
+
+from tether.eval.seeds import mean_sd_ci
 
 
 def load(dirs: list[Path]) -> dict[str, list[dict]]:
@@ -28,9 +30,9 @@ def load(dirs: list[Path]) -> dict[str, list[dict]]:
 
 def fmt(values: list[float], sign: bool = True) -> str:
     spec = "{:+.3f}" if sign else "{:.2f}"
-    mean = statistics.fmean(values)
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{spec.format(mean)} ± {sd:.3f} ({', '.join(spec.format(v) for v in values)})"
+    stats = mean_sd_ci(values)
+    sd = "—" if stats["sd"] is None else f"{stats['sd']:.3f}"
+    return f"{spec.format(stats['mean'])} ± {sd} ({', '.join(spec.format(v) for v in values)})"
 
 
 def main() -> int:
@@ -52,8 +54,8 @@ def main() -> int:
             if base is None or base is rows:
                 line += " — | — |"
             else:
-                d_gold = statistics.fmean(gold) - statistics.fmean(r["gold_score"] for r in base)
-                r_kl = statistics.fmean(kl) / statistics.fmean(r["kl"] for r in base)
+                d_gold = mean_sd_ci(gold)["mean"] - mean_sd_ci([r["gold_score"] for r in base])["mean"]
+                r_kl = mean_sd_ci(kl)["mean"] / mean_sd_ci([r["kl"] for r in base])["mean"]
                 line += f" {d_gold:+.3f} | {r_kl:.2f} |"
         print(line)
     return 0

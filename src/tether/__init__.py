@@ -13,7 +13,7 @@ plugin's: :mod:`tether.algorithms.registry`); ``tether.run(stage, ...)`` runs an
 __version__ = "0.1.0"
 
 from tether.algorithms.registry import ALGORITHMS as _ALGORITHMS  # noqa: E402
-from tether.api import RunResult, dpo, dry_run, orpo, reward_model, run, sft, simpo  # noqa: E402
+from tether.api import RunResult, dpo, dry_run, kto, orpo, reward_model, run, sft, simpo  # noqa: E402
 from tether.errors import ConfigError, DataError, ModelError, TetherError, TrainingError  # noqa: E402
 
 
@@ -32,4 +32,4 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["ConfigError", "DataError", "ModelError", "RunResult", "TetherError", "TrainingError", "__version__",
-           "dpo", "dry_run", "orpo", "reward_model", "run", "sft", "simpo", *_ALGORITHMS]
+           "dpo", "dry_run", "kto", "orpo", "reward_model", "run", "sft", "simpo", *_ALGORITHMS]

@@ -235,6 +235,12 @@ def orpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool
     return run("orpo", config, overrides, resume=resume)
 
 
+def kto(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
+    """KTO (``tether kto``): a :class:`tether.config.KTOConfig` (or a dict or YAML path) and
+    overrides -> :class:`RunResult`."""
+    return run("kto", config, overrides, resume=resume)
+
+
 def dry_run(stage: str, config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False):
     """``tether STAGE --dry-run`` from Python: the :class:`tether.plan.Plan` (``print(plan.render())``;
     ``plan.memory``: estimated bytes per role), after the run's own checks of the config, the run

@@ -20,9 +20,10 @@ STAGE_KEYS = {
     "dpo": (*SUPERVISED_KEYS, "dpo.beta", "dpo.loss", "dpo.label_smoothing"),
     "simpo": (*SUPERVISED_KEYS, "simpo.beta", "simpo.gamma"),
     "orpo": (*SUPERVISED_KEYS, "orpo.odds_ratio_weight"),
+    "kto": (*SUPERVISED_KEYS, "kto.beta", "kto.desirable_weight", "kto.undesirable_weight"),
     "rl": ("algorithm", "ppo.iterations", "rollout.batch_size", "group.size", "rollout.max_prompt_length",
            "rollout.max_new_tokens", "rollout.temperature", "kl.coef", "kl.controller", "kl.estimator",
-           "kl.placement", "ppo.epochs", "ppo.minibatch_size", "ppo.clip", "optim.lr", "reward.models"),
+           "kl.placement", "ppo.epochs", "ppo.minibatch_size", "ppo.clip", "optim.lr", "reward.models", "reward.terms"),
 }
 SUPERVISED_DESCRIPTIONS = {
     "sft": "supervised fine-tuning on demonstrations (loss on response tokens only)",
@@ -30,6 +31,7 @@ SUPERVISED_DESCRIPTIONS = {
     "dpo": "DPO on preference pairs (the policy trained directly, no reward model)",
     "simpo": "SimPO on preference pairs (the length-normalised log-probability as the reward, no reference model)",
     "orpo": "ORPO on preference pairs (the chosen responses' NLL plus an odds-ratio term, no reference model)",
+    "kto": "KTO on responses labelled desirable or undesirable (the policy trained directly, against a reference)",
 }
 
 
@@ -129,6 +131,10 @@ def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "pol
     settings = flat_dict(to_dict(cfg))
     if is_rl_stage(stage):
         settings["group.size"] = cfg.samples_per_prompt  # null resolves per algorithm: show what ran
+        terms = settings.pop("reward.terms", None)
+        if terms:  # a composed reward: its terms and weights in place of the (empty) reward.models
+            settings["reward.terms"] = [f"{t['name']} x {t['weight']:g}" for t in terms]
+            settings.pop("reward.models", None)
     ran = capped_values(limits)
     source = cfg.model.name_or_path
     scalar = role in ("reward", "critic")

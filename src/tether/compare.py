@@ -4,8 +4,9 @@ demo task, with the same budget of generated tokens, measured the same way, on o
 The SFT model, the reward model and the task come from a demo directory (``--from``, or a fresh
 one built here). Each method runs from its preset in ``configs/demo/`` as its own command in a
 child process (so its wall time and peak RSS are its own): ppo, grpo, rloo and reinforce_pp
-generate 128 responses of at most 24 tokens per iteration for 100 iterations; dpo, simpo and orpo
-train on the reward model's preference pairs and generate nothing. Every final policy (and the RL
+generate 128 responses of at most 24 tokens per iteration for 100 iterations; dpo, simpo, orpo and
+kto train on the reward model's preference pairs (kto on each pair's two responses, labelled) and
+generate nothing. Every final policy (and the RL
 runs' held-out evaluations during training, and the preference methods' checkpoints) is then scored on the held-out
 prompts by the gold judge and the reward model, with the KL to the SFT policy, beside the
 best-of-N curve of the SFT policy. ``DIR/compare.json``, ``DIR/compare.md`` and
@@ -32,7 +33,7 @@ def rl_methods() -> tuple[str, ...]:
 
 
 def preference_methods() -> tuple[str, ...]:
-    """The methods trained on the demo's preference pairs instead of sampling (DPO, SimPO, ORPO)."""
+    """The methods trained on the demo's preference pairs instead of sampling (DPO, SimPO, ORPO, KTO)."""
     from tether.stages import compared_preference_stages
 
     return compared_preference_stages()
@@ -89,9 +90,17 @@ def rl_trajectory(run_dir: Path) -> list[dict]:
 
 
 def compare_demo(out: Path, demo: Path | None = None, methods=None, seed: int = 0,
-                 overrides: dict[str, list[str]] | None = None, eval_repeats: int = 4, say=print) -> dict:
+                 overrides: dict[str, list[str]] | None = None, eval_repeats: int = 4, say=print,
+                 seeds: int = 1, jobs: int = 1) -> dict:
     """Run ``methods`` from the demo's SFT and RM (``demo``, or a fresh demo under ``out/demo``),
-    score them all and write compare.json / .md / .png in ``out``; returns compare.json's data."""
+    score them all and write compare.json / .md / .png in ``out``; returns compare.json's data.
+
+    ``seeds`` > 1: the whole comparison once per run seed ``seed``, ``seed + 1``, ..., each complete
+    in ``out/seed<S>``, all from the same demo; then ``out`` gets the aggregate over the seeds (mean,
+    sd and 95% interval of each number: :func:`tether.eval.seeds.aggregate_compare`). ``jobs``: how
+    many methods' child processes run at once (every run first, then the measurements)."""
+    if seeds < 1 or jobs < 1:
+        raise ValueError(f"compare_demo needs seeds >= 1 and jobs >= 1, got seeds={seeds}, jobs={jobs}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     methods = globals()["methods"]() if methods is None else methods
@@ -99,20 +108,72 @@ def compare_demo(out: Path, demo: Path | None = None, methods=None, seed: int = 
         method_preset(method)
     overrides = overrides or {}
     demo = Path(demo) if demo is not None else prepare_demo(out / "demo", seed, say)
-    runs = {}
-    for i, method in enumerate(methods, 1):
-        extra = list(overrides.get(method, []))
-        if method in preference_methods():
-            extra = [f"run.save_every={_snapshot_every(demo, method)}", f"run.keep_checkpoints={SNAPSHOTS + 1}", *extra]
-        say(f"[{i}/{len(methods)}] {method}: {out / method}")
-        result = run_method(method_args(method, demo, out, seed, extra), out / f"{method}.log")
-        if result["exit_code"] != 0:
-            from tether.errors import TrainingError
+    run_seeds = [seed + i for i in range(seeds)]
+    dirs = {s: out if seeds == 1 else out / f"seed{s}" for s in run_seeds}
+    extras = {method: _method_extra(method, demo, overrides) for method in methods}
+    commands = {}  # (seed, method) -> (argv, log file, run directory), in run order
+    for s in run_seeds:
+        dirs[s].mkdir(parents=True, exist_ok=True)
+        for method in methods:
+            commands[s, method] = (method_args(method, demo, dirs[s], s, extras[method]), dirs[s] / f"{method}.log",
+                                   dirs[s] / method)
+    results = run_methods(commands, jobs, say)
+    per_seed = {}
+    for s in run_seeds:
+        say("measuring every policy on the held-out prompts" + (f" (seed {s})" if seeds > 1 else ""))
+        per_seed[s] = score_runs(dirs[s], demo, {method: results[s, method] for method in methods}, s, eval_repeats)
+    if seeds == 1:
+        return per_seed[seed]
+    from tether.eval.seeds import aggregate_compare
+    from tether.plots.compare_seeds import compare_seeds_plot, compare_seeds_table
 
-            raise TrainingError(f"`tether {method}` failed (exit {result['exit_code']}); its output is in "
-                                f"{out / (method + '.log')}.")
-        runs[method] = result
-    say("measuring every policy on the held-out prompts")
+    data = {**aggregate_compare(per_seed), "runs": [dirs[s].name for s in run_seeds]}
+    write_json(out / "compare.json", data)
+    compare_seeds_plot(data, out / "compare.png")
+    (out / "compare.md").write_text(compare_seeds_table(data) + "\n", encoding="utf-8")
+    return data
+
+
+def _method_extra(method: str, demo: Path, overrides: dict[str, list[str]]) -> list[str]:
+    """A method's settings beyond its preset: a preference method's snapshots, then ``--set``'s."""
+    extra = list(overrides.get(method, []))
+    if method in preference_methods():
+        extra = [f"run.save_every={_snapshot_every(demo, method)}", f"run.keep_checkpoints={SNAPSHOTS + 1}", *extra]
+    return extra
+
+
+def run_methods(commands: dict, jobs: int = 1, say=print) -> dict:
+    """Run every command (key -> (argv, log file, run directory)) in its own child process, up to
+    ``jobs`` at once, started in the given order; key -> :func:`run_method`'s record, in that order.
+    After a failure none starts; those running finish, then a TrainingError names each failure."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    jobs = max(1, jobs)
+    pending, running, results, failed = list(commands), {}, {}, []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on the children
+        while running or (pending and not failed):
+            while pending and not failed and len(running) < jobs:
+                key = pending.pop(0)
+                argv, log, run_dir = commands[key]
+                say(f"[{len(commands) - len(pending)}/{len(commands)}] {argv[0]}: {run_dir}")
+                running[pool.submit(run_method, argv, log)] = key
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                key = running.pop(future)
+                results[key] = future.result()
+                if results[key]["exit_code"] != 0:
+                    failed.append(key)
+    if failed:
+        from tether.errors import TrainingError
+
+        raise TrainingError("; ".join(f"`tether {commands[k][0][0]}` failed (exit {results[k]['exit_code']}); its "
+                                      f"output is in {commands[k][1]}" for k in failed) + ".")
+    return {key: results[key] for key in commands}
+
+
+def score_runs(out: Path, demo: Path, runs: dict[str, dict], seed: int, eval_repeats: int) -> dict:
+    """Measure the finished runs in ``out`` (label -> run record) and write compare.json / .md /
+    .png there (and the PPO run's report when there is one); returns compare.json's data."""
     from tether.eval.compare import measure
 
     data = measure(out, demo, runs, seed, eval_repeats)
@@ -133,8 +194,10 @@ def _snapshot_every(demo: Path, method: str) -> int:
     from tether.config import load_config
     from tether.stages import stage_spec
 
-    cfg = load_config(stage_spec(method).config_class(), method_preset(method), [])
-    rows = sum(1 for line in (demo / "task" / "prefs_train.jsonl").read_text().splitlines() if line.strip())
+    spec = stage_spec(method)
+    cfg = load_config(spec.config_class(), method_preset(method), [])
+    pairs = sum(1 for line in (demo / "task" / "prefs_train.jsonl").read_text().splitlines() if line.strip())
+    rows = pairs * spec.rows_per_pair  # KTO trains on each pair's two responses as two rows
     steps = max(1, int(rows * cfg.epochs) // cfg.optim.batch_size)
     return max(1, steps // SNAPSHOTS)
 

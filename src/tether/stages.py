@@ -22,7 +22,9 @@ class StageSpec:
     (an RL stage's also takes ``on_iteration``); ``plan``: ``plan(cfg, stage, resume) -> Plan``;
     ``summary``: the command's help; ``api``: its Python function's name (``tether.<api>``);
     ``algorithm``: the RL algorithm it runs (None: a supervised stage); ``title``: its name in prose;
-    ``compared``: a preference stage ``tether compare`` runs on the demo's pairs beside the RL ones."""
+    ``compared``: a preference stage ``tether compare`` runs on the demo's pairs beside the RL ones;
+    ``rows_per_pair``: the training rows it makes of one preference pair (KTO: a desirable and an
+    undesirable one)."""
 
     name: str
     config: str
@@ -33,6 +35,7 @@ class StageSpec:
     algorithm: str | None = None
     title: str | None = None
     compared: bool = False
+    rows_per_pair: int = 1
 
     def config_class(self) -> type:
         return _attr(self.config)
@@ -65,11 +68,14 @@ SUPERVISED = {
                       "tether.plan.dry_run:plan_orpo",
                       "ORPO: preference pairs, the chosen responses' NLL plus an odds-ratio term; no reference "
                       "model, no SFT stage needed.", "orpo", title="ORPO", compared=True),
+    "kto": StageSpec("kto", "tether.config:KTOConfig", "tether.loops.kto:run_kto", "tether.plan.dry_run:plan_kto",
+                     "KTO: responses labelled desirable or undesirable (or preference pairs, split), against a "
+                     "reference; no reward model, no RL loop.", "kto", title="KTO", compared=True, rows_per_pair=2),
 }
 
 
 def compared_preference_stages() -> tuple[str, ...]:
-    """The preference stages ``tether compare`` runs beside the RL algorithms (DPO, SimPO, ORPO)."""
+    """The preference stages ``tether compare`` runs beside the RL algorithms (DPO, SimPO, ORPO, KTO)."""
     return tuple(name for name, spec in SUPERVISED.items() if spec.compared)
 
 

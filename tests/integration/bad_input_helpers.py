@@ -65,6 +65,12 @@ def rm_args(task: Path, out: Path, train: Path, *extra: str) -> list[str]:
             "data.max_length=32", "optim.batch_size=4", "max_steps=2", "normalize=false", *extra]
 
 
+def kto_args(task: Path, out: Path, train: Path, *extra: str) -> list[str]:
+    return ["kto", f"run.out={out}", "run.progress=false", "run.threads=1", "run.log_every=1",
+            f"model.name_or_path={task / 'base_model'}", f"data.train={train}", *_no_holdout(extra),
+            "data.max_length=32", "optim.batch_size=4", "max_steps=2", *extra]
+
+
 def ppo_args(task: Path, out: Path, prompts: Path, *extra: str, reward: str | None = None) -> list[str]:
     reward_arg = reward or "reward.callable=tether.tasks.arith.judge:gold_reward"
     return ["ppo", f"run.out={out}", "run.progress=false", "run.threads=1",

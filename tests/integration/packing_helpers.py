@@ -219,15 +219,17 @@ def assert_trimmed_if_supported(model, arch: str, where: str) -> None:
 # -- an RL experience whose ratios differ from 1 -------------------------------------------------
 
 def rl_config(name: str, *extra: str):
-    """Algorithm ``name``'s config at test size: KL as a loss term and an entropy bonus, so that
-    every term of the actor loss has a gradient; two responses per prompt where the algorithm groups."""
+    """Algorithm ``name``'s config at test size: KL as a loss term and an entropy bonus where the
+    algorithm reads them, so that every term of the actor loss has a gradient; two responses per
+    prompt where the algorithm groups."""
     from tether.algorithms import ALGORITHMS
     from tether.config import PPOConfig, load_config
 
     spec = ALGORITHMS[name]
     group = 1 if spec.needs_critic else max(2, spec.min_group_size)
+    terms = [t for t in ("kl.placement=loss", "ppo.entropy_coef=0.01") if t.split("=")[0] not in spec.inert_keys]
     return load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", f"algorithm={name}",
-                                         f"group.size={group}", "kl.placement=loss", "ppo.entropy_coef=0.01", *extra])
+                                         f"group.size={group}", *terms, *extra])
 
 
 def drifted_experience(name: str, module, ro: Rollout, cfg):

@@ -24,6 +24,7 @@ from bad_input_helpers import (
     good_prefs,
     good_prompts,
     good_sft,
+    kto_args,
     ppo_args,
     rm_args,
     sft_args,
@@ -208,6 +209,34 @@ def test_rm_bad_margin_field(task, tmp_path, capsys):
     out = tmp_path / "run"
     code, err = cli(capsys, rm_args(task, out, train, "margin_field=m"))
     assert_clean_error(code, err, "rm", str(train), "row 4", "'m'", "number")
+    assert_not_complete(out)
+
+
+# --------------------------------------------------------------------------- KTO rows
+
+KTO_GOOD = [{"prompt": f"what is {i} + 1 ?", "completion": f"the answer is {i + 1} .", "label": i % 2 == 0}
+            for i in range(2)]
+KTO_CASES = {
+    # name: (rows (row 3 is the bad one), substrings the error must hold)
+    "missing_label": ([*KTO_GOOD, {"prompt": "a", "completion": "b"}],
+                      ("row 3", "'label'", "prompt, completion, label")),
+    "label_not_boolean": ([*KTO_GOOD, {"prompt": "a", "completion": "b", "label": "yes"}],
+                          ("row 3", "'label'", "JSON boolean", "'yes'")),
+    "label_a_number": ([*KTO_GOOD, {"prompt": "a", "completion": "b", "label": 1}], ("row 3", "'label'", "number 1")),
+    "pair_row_in_an_unpaired_file": ([*KTO_GOOD, good_prefs(1)[0]], ("row 3", "'completion'")),
+    "unpaired_row_in_a_pair_file": ([*good_prefs(2), KTO_GOOD[0]], ("row 3", "'chosen'")),
+    "misnamed_prompt": ([{"question": "a", "completion": "b", "label": True}], ("row 1", "'prompt'", "question")),
+    "unknown_first_row": ([{"question": "a", "answer": "b"}], ("row 1", "no known schema", "label", "chosen")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KTO_CASES))
+def test_kto_bad_rows(case, task, tmp_path, capsys):
+    rows, needles = KTO_CASES[case]
+    train = write_jsonl(tmp_path / "kto.jsonl", rows)
+    out = tmp_path / "run"
+    code, err = cli(capsys, kto_args(task, out, train))
+    assert_clean_error(code, err, "kto", str(train), *needles)
     assert_not_complete(out)
 
 

@@ -100,10 +100,11 @@ def test_rm_two_ranks_match_one_process(trained, rm_reference, tmp_path, strateg
     report(f"rm {strategy}", largest_metric_diff(rm_reference, out), largest_weight_diff(rm_reference, out))
 
 
-@pytest.mark.parametrize("stage", ["dpo", "simpo"])
+@pytest.mark.parametrize("stage", ["dpo", "simpo", "kto"])
 def test_a_preference_stage_on_two_ranks_matches_one_process(stage, trained, tmp_path):
-    """DPO and SimPO under FSDP: DPO's reference log-probs split over ranks and gathered, then the
-    update; SimPO's pairs (no reference) split over ranks, the held-out table gathered."""
+    """DPO, SimPO and KTO under FSDP: DPO's reference log-probs split over ranks and gathered, then the
+    update; SimPO's pairs (no reference) split over ranks, the held-out table gathered; KTO's z₀ of
+    each batch from its mismatched pairs split over ranks and gathered before the update."""
     task = trained["task"]
 
     def args(out, *extra):
@@ -184,6 +185,20 @@ def test_a_critic_free_algorithm_on_two_ranks_matches_one_process(trained, tmp_p
     assert layout(tmp_path / "rpp-2") == layout(tmp_path / "rpp-1")
     report("reinforce_pp ddp", largest_metric_diff(tmp_path / "rpp-1", tmp_path / "rpp-2"),
            largest_weight_diff(tmp_path / "rpp-1", tmp_path / "rpp-2"))
+
+
+def test_online_dpo_on_two_ranks_keeps_each_pair_on_one_rank(trained, tmp_path):
+    """Online DPO under DDP: each rank's share of a micro-batch holds whole prompt groups (the loss
+    checks it) and the pairs train. (A micro-batch too small to give each rank a whole group is a
+    config error: tests/unit/distributed/test_data_parallel_checks.py.)"""
+    name = "online_" + "dpo"  # the registry spells the names
+    base = [name, *ppo_args(trained, tmp_path / "od-2", "group.size=2", "ppo.minibatch_size=8",
+                            "distributed.strategy=ddp")[1:]]
+    base.remove("rollout.top_k=1")  # a prompt's two samples must differ to make a pair
+    ok(torchrun(base))
+    rows = [r for r in metrics(tmp_path / "od-2") if "pairs/fraction" in r]
+    assert len(rows) == 3 and max(r["pairs/fraction"] for r in rows) > 0
+    assert all(0.0 <= r["pairs/accuracy"] <= 1.0 for r in rows) and (tmp_path / "od-2" / "model.safetensors").is_file()
 
 
 def test_asynchronous_ppo_on_two_ranks_matches_one_process(trained, ppo_reference, tmp_path):

@@ -59,10 +59,10 @@ def test_a_short_run_scores_only_the_rows_it_trains_on(trained, tmp_path, monkey
     forwarded, inside = [], []
     reference_of, pair_logprobs = dpo.reference_of, dpo.pair_logprobs
 
-    def counting_reference_of(*args):
+    def counting_reference_of(*args, **kwargs):
         inside.append(True)
         try:
-            return reference_of(*args)
+            return reference_of(*args, **kwargs)
         finally:
             inside.pop()
 

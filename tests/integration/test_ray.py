@@ -73,6 +73,21 @@ def test_ray_placement_gives_the_local_run(local_run, ray_run):
     assert largest_weight_diff(local_run, out) == 0.0
 
 
+def test_online_dpo_under_ray_gives_the_local_run(trained, one_node, tmp_path):
+    """Online DPO on the RL roles as Ray actors: sampled pairs, the reference's log-probs and the
+    grouped update in workers give the local run bit for bit."""
+    name = "online_" + "dpo"  # the registry spells the names
+    extra = [f"algorithm={name}", "group.size=2", "ppo.iterations=2", "ppo.minibatch_size=8",
+             "ppo.grad_accum_steps=1", "run.save_every=0"]
+    local, out = tmp_path / "od-local", tmp_path / "od-ray"
+    run_ppo_in_process(ppo_overrides(trained, local, *extra))
+    run_ppo_in_process(ppo_overrides(trained, out, *extra, "placement.backend=ray",
+                                     *(c for c in HALF_CPU if ".critic." not in c)))
+    assert layout(out) == layout(local)
+    assert any(r.get("pairs/fraction", 0) > 0 for r in metrics(out))
+    assert largest_metric_diff(local, out)[0] == 0.0 and largest_weight_diff(local, out) == 0.0
+
+
 def test_data_parallel_groups_inside_ray(trained, one_node, tmp_path):
     """Actor and critic groups of 2 workers each (FSDP over their own process group) against one
     process; greedy-like sampling (top_k=1) so that the split of the prompts draws the same."""

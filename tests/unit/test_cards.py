@@ -90,3 +90,14 @@ def test_an_rl_card_shows_the_prompt_limit_that_ran(tmp_path):
     assert "| `rollout.max_prompt_length` | 256 |" in model_card(cfg, "ppo", {}, tmp_path / "ppo")
     assert "| `rollout.max_prompt_length` | 40 (capped from rollout.max_prompt_length=256: why) |" in \
         model_card(cfg, "ppo", {}, tmp_path / "ppo", limits=capped)
+
+
+def test_a_kto_card_names_the_method_and_its_weights(tmp_path):
+    from tether.config import KTOConfig
+
+    cfg = from_dict(KTOConfig, {"model": {"name_or_path": "org/m"}, "data": {"train": "org/kto"},
+                                "kto": {"desirable_weight": 1.33}})
+    card = card_of(model_card(cfg, "kto", {"eval/margin": 0.5}, tmp_path / "kto"), tmp_path)
+    assert card.data.tags == ["tether", "kto"] and "KTO on responses labelled desirable or undesirable" in card.text
+    assert "| `kto.beta` | 0.1 |" in card.text and "| `kto.desirable_weight` | 1.33 |" in card.text
+    assert "| `kto.undesirable_weight` | 1 |" in card.text and "| `eval/margin` | 0.5 |" in card.text

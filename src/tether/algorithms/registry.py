@@ -42,7 +42,11 @@ class AlgorithmSpec:
     then). ``default_group_size`` / ``min_group_size``: responses sampled per prompt when
     ``group.size`` is unset, and the fewest it can learn from. ``trains_on``: the data key it
     reads. ``inert_keys``: config keys (or blocks) it never reads — set to anything but their
-    default, the config is refused rather than silently ignored.
+    default, the config is refused rather than silently ignored. ``config_block``: a block of the
+    RL config only this algorithm reads (refused under the others). ``whole_groups``: its loss
+    compares a prompt's responses with each other, so minibatches and micro-batches hold whole
+    groups (the update shuffles groups, not rows). ``policy_loss``: the (ratio level, aggregation)
+    that ``policy_loss.ratio_level`` and ``policy_loss.aggregation`` take when left null.
     """
 
     name: str
@@ -55,6 +59,9 @@ class AlgorithmSpec:
     min_group_size: int = 1
     trains_on: str = "prompts"
     inert_keys: tuple[str, ...] = field(default_factory=tuple)
+    config_block: str | None = None
+    whole_groups: bool = False
+    policy_loss: tuple[str, str] = ("token", "token_mean")
 
     def load(self) -> type:
         """The algorithm's class (its module imported on first use)."""
@@ -69,7 +76,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {}
 DEFAULT_ALGORITHM = "ppo"
 
 #: Names the RL commands cannot take: the other commands and stages.
-RESERVED = frozenset({"demo", "sft", "rm", "dpo", "simpo", "orpo", "eval", "compare", "pairs", "label", "iterate",
+RESERVED = frozenset({"demo", "sft", "rm", "dpo", "simpo", "orpo", "kto", "eval", "compare", "pairs", "label", "iterate",
                       "sweep", "report", "serve", "bench", "launch", "run", "dry_run", "reward_model"})
 
 
@@ -170,9 +177,24 @@ register_algorithm(AlgorithmSpec(
     "rloo", "tether.algorithms.rloo:RLOO", "RLOO",
     summary="RLOO: k responses per prompt, each one's baseline the others' mean reward; no critic.",
     purpose="RLOO against a reward model (leave-one-out baseline, no critic)",
-    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("ppo.gamma", "group.scale_by_std")))
+    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("ppo.gamma", "group.scale_by_std"),
+    policy_loss=("sequence_product", "sequence_mean")))  # the paper's estimator: one ratio and one loss per response
 register_algorithm(AlgorithmSpec(
     "reinforce_pp", "tether.algorithms.reinforce_pp:ReinforcePP", "REINFORCE++",
     summary="REINFORCE++: PPO's per-token reward, returns normalised over the batch; no critic.",
     purpose="REINFORCE++ against a reward model (batch-normalised returns, no critic)",
     needs_critic=False, inert_keys=("group.scale_by_std",)))
+register_algorithm(AlgorithmSpec(
+    "online_dpo", "tether.algorithms.online_dpo:OnlineDPO", "Online DPO",
+    summary="Online DPO: the best and worst of k samples per prompt, ranked by the reward, as a DPO pair.",
+    purpose="online (iterative) DPO on its own samples ranked by a reward, against the reference (beta = kl.coef)",
+    needs_critic=False, default_group_size=2, min_group_size=2, whole_groups=True,
+    inert_keys=("ppo.gamma", "group.scale_by_std", "policy_loss", "kl.placement", "kl.estimator", "ppo.clip",
+                "ppo.entropy_coef", "ppo.micro_batch_tokens", "rollout.is_correction")))
+register_algorithm(AlgorithmSpec(
+    "rs", "tether.algorithms.rejection_sampling:RejectionSampling", "Rejection sampling",
+    summary="Rejection sampling: fine-tune on the best of N samples per prompt, scored by the reward.",
+    purpose="rejection-sampling fine-tuning (best-of-N samples of the policy, scored by a reward, as SFT targets)",
+    needs_critic=False, default_group_size=4, min_group_size=2, config_block="selection",
+    inert_keys=("ppo.gamma", "group.scale_by_std", "policy_loss", "ppo.clip", "ppo.entropy_coef",
+                "rollout.is_correction")))

@@ -8,12 +8,14 @@ from tether.errors import ConfigError
 def register(sub) -> None:
     p = sub.add_parser(
         "compare",
-        help="The RL algorithms and the preference methods (DPO, SimPO, ORPO) side by side on the demo task, with "
+        help="The RL algorithms and the preference methods (DPO, SimPO, ORPO, KTO) side by side on the demo task, with "
              "best-of-N.",
         description="Run each method from the demo presets (configs/demo/METHOD.yaml) from the same SFT model and "
         "reward model, with the same budget of generated tokens; score every final policy (and each run's "
         "held-out evaluations along the way) with the gold judge, the reward model and the KL to SFT, beside "
-        "best-of-N of SFT. Writes DIR/compare.json, DIR/compare.md (the table) and DIR/compare.png (the chart).",
+        "best-of-N of SFT. Writes DIR/compare.json, DIR/compare.md (the table) and DIR/compare.png (the chart). "
+        "With --seeds N the whole comparison runs N times (DIR/seed<S>/, each complete) and DIR holds the "
+        "aggregate: mean ± sd and the 95% interval of every number over the seeds.",
     )
     p.add_argument("--demo", action="store_true", required=True,
                    help="Compare on the demo task (the only task compare knows today).")
@@ -21,13 +23,21 @@ def register(sub) -> None:
     p.add_argument("--from", dest="source", default=None, metavar="DEMO_DIR",
                    help="Reuse the task, SFT and reward model of a `tether demo` run (default: build them in DIR/demo).")
     p.add_argument("--methods", default=None,
-                   help="Comma-separated methods to run: registered RL algorithms, dpo, simpo and orpo (default: all "
-                        "of them).")
-    p.add_argument("--seed", type=int, default=0, help="Seed of every run and of the evaluation (default 0).")
+                   help="Comma-separated methods to run: registered RL algorithms, dpo, simpo, orpo and kto (default: "
+                        "all of them).")
+    p.add_argument("--seed", type=int, default=0,
+                   help="Seed of every run and of the evaluation; with --seeds N the first of N (default 0).")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="METHOD:KEY=VALUE",
                    help="Override a method's config key, e.g. --set grpo:group.size=8 (repeatable).")
     p.add_argument("--eval-repeats", type=int, default=4,
                    help="Samples per held-out prompt for every measured policy (default 4: 512 responses).")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="Run the whole comparison N times, with run seeds --seed, --seed+1, ..., each in DIR/seed<S>/ "
+                        "from the same SFT and reward model; DIR/compare.json, .md and .png then hold mean ± sd and "
+                        "the 95%% interval over the seeds (default 1: one comparison, in DIR).")
+    p.add_argument("--jobs", type=int, default=1, metavar="J",
+                   help="Run up to J methods' child processes at once (each demo preset trains on one thread); the "
+                        "measurements follow the runs (default 1).")
 
 
 def run(args) -> int:
@@ -46,11 +56,22 @@ def run(args) -> int:
         raise ConfigError(f"--methods {args.methods!r}: expected a comma-separated list of {', '.join(choices)}.")
     if args.eval_repeats < 1:
         raise ConfigError(f"--eval-repeats must be at least 1, got {args.eval_repeats}.")
+    for flag, value in (("--seeds", args.seeds), ("--jobs", args.jobs)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}.")
     source = Path(args.source) if args.source else None
     if source is not None and not all((source / part).is_dir() for part in ("task", "sft", "rm")):
         raise ConfigError(f"--from '{args.source}': expected a `tether demo` directory holding task/, sft/ and rm/.")
     check_output_dir(args.out, "--out")
-    data = compare_demo(Path(args.out), source, methods, args.seed, parse_sets(args.sets, choices, "METHOD"), args.eval_repeats)
-    print(compare_table(data))
-    print(f"\nwritten: {args.out}/compare.json, compare.md, compare.png")
+    data = compare_demo(Path(args.out), source, methods, args.seed, parse_sets(args.sets, choices, "METHOD"),
+                        args.eval_repeats, seeds=args.seeds, jobs=args.jobs)
+    if args.seeds > 1:
+        from tether.plots.compare_seeds import compare_seeds_table
+
+        print(compare_seeds_table(data))
+        print(f"\nwritten: {args.out}/compare.json, compare.md, compare.png (over the seeds); "
+              f"{args.out}/seed<S>/ for each seed")
+    else:
+        print(compare_table(data))
+        print(f"\nwritten: {args.out}/compare.json, compare.md, compare.png")
     return 0

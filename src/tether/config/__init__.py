@@ -2,9 +2,11 @@
 
 from tether.config.base import describe, from_dict, load_config, rebase_paths, replace, save_config, to_dict
 from tether.config.stages import DPOConfig, ORPOConfig, PPOConfig, RewardModelConfig, SFTConfig, SimPOConfig
+from tether.config.kto import KTOConfig
 
 __all__ = [
     "DPOConfig",
+    "KTOConfig",
     "ORPOConfig",
     "PPOConfig",
     "RewardModelConfig",

@@ -64,6 +64,25 @@ def _is_config(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
+def _config_items(tp: Any) -> type | None:
+    """The block class of a list-of-blocks annotation (``list[RewardTermConfig]``), else None."""
+    if typing.get_origin(tp) not in (list, tuple):
+        return None
+    args = typing.get_args(tp)
+    return args[0] if args and _is_config(args[0]) else None
+
+
+def _config_item(value: Any, cls: type, key: str) -> Any:
+    """One item of a list of blocks: a mapping (or a ``cls`` already built) -> a validated ``cls``;
+    its keys are named ``key.sub`` in errors (``reward.terms[0].name``)."""
+    if isinstance(value, cls):
+        value = to_dict(value)
+    if not isinstance(value, dict):
+        valid = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise ConfigError(f"Config key '{key}' = {value!r}: expected a mapping of sub-keys ({valid}).")
+    return from_dict(cls, value, key + ".")
+
+
 def _shown(text: object) -> str:
     """User text as it can be quoted on one line (newlines and control characters escaped)."""
     text = str(text)
@@ -104,7 +123,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"Config key '{key}' = {value!r}: expected a list.")
         (item_tp, *_) = typing.get_args(tp) or (Any,)
-        items = [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        coerce = _config_item if _is_config(item_tp) else _coerce
+        items = [coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if tp is Any:
         return value
@@ -191,6 +211,11 @@ def check_keys(cls: type, data: dict, prefix: str = "") -> None:
             raise _unknown_key(key, valid, prefix)
         if _is_config(hints[key]) and isinstance(value, dict):
             check_keys(hints[key], value, f"{prefix}{key}.")
+        item = _config_items(hints[key])
+        if item is not None and isinstance(value, (list, tuple)):
+            for i, entry in enumerate(value):
+                if isinstance(entry, dict):
+                    check_keys(item, entry, f"{prefix}{key}[{i}].")
 
 
 def from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
@@ -237,8 +262,11 @@ def rebase_paths(cls: type, data: dict, base: str | Path) -> dict:
     hints = _hints(cls)
     for f in dataclasses.fields(cls):
         value = out.get(f.name)
+        item = _config_items(hints[f.name])
         if _is_config(hints[f.name]) and isinstance(value, dict):
             out[f.name] = rebase_paths(hints[f.name], value, base)
+        elif item is not None and isinstance(value, list):
+            out[f.name] = [rebase_paths(item, v, base) if isinstance(v, dict) else v for v in value]
         elif f.metadata.get("path"):
             if isinstance(value, str):
                 out[f.name] = _rebased(value, base)
@@ -351,6 +379,8 @@ def to_dict(obj: Any) -> dict:
         value = getattr(obj, f.name)
         if dataclasses.is_dataclass(value):
             out[f.name] = to_dict(value)
+        elif isinstance(value, (list, tuple)) and any(dataclasses.is_dataclass(v) for v in value):
+            out[f.name] = [to_dict(v) if dataclasses.is_dataclass(v) else v for v in value]  # a list of blocks
         elif isinstance(value, tuple):
             out[f.name] = list(value)
         else:
@@ -375,15 +405,41 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+_INDEXED = re.compile(r"(.+)\[(\d+)\]")
+
+
 def merge_override(data: dict, path: list[str], value: Any) -> None:
+    """Set the dotted ``path`` in ``data`` to ``value``, making the blocks on the way. A part
+    ``name[i]`` is item ``i`` of the list ``name`` already there (``reward.terms[1].weight``)."""
     node = data
-    for part in path[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = {}
-            node[part] = child
-        node = child
-    node[path[-1]] = value
+    for depth, part in enumerate(path):
+        last = depth == len(path) - 1
+        indexed = _INDEXED.fullmatch(part)
+        if indexed is None:
+            if last:
+                node[part] = value
+                return
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+            continue
+        name, index = indexed.group(1), int(indexed.group(2))
+        where = ".".join([*path[:depth], name])
+        items = node.get(name)
+        if not isinstance(items, (list, tuple)) or index >= len(items):
+            held = f"{len(items)} item(s)" if isinstance(items, (list, tuple)) else "no list"
+            raise ConfigError(f"Config key '{_shown('.'.join(path))}': '{where}' holds {held}, so there is no item "
+                              f"[{index}]; set the whole list ({where}=[...]) instead.")
+        items = node[name] = list(items)  # a copy: the list may be a built config's own
+        if last:
+            items[index] = value
+            return
+        if not isinstance(items[index], dict):
+            raise ConfigError(f"Config key '{_shown('.'.join(path))}': '{where}[{index}]' = {items[index]!r} is not "
+                              "a mapping of sub-keys.")
+        node = items[index] = dict(items[index])
 
 
 def read_yaml(path: str | Path) -> dict:

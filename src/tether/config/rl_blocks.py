@@ -4,12 +4,14 @@ the CPU speedups and held-out evaluation. :class:`tether.config.stages.PPOConfig
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
 from tether.algorithms.registry import algorithm_spec
 from tether.config.base import FLOAT32_MAX, option, section
 from tether.config.common import MICRO_BATCH_TOKENS_HELP, CPUConfig, LoRAConfig, OptimizerConfig, check_micro_batches
+from tether.config.reward_terms import RewardTermConfig
 from tether.errors import ConfigError
 
 
@@ -40,17 +42,50 @@ class RewardSourceConfig:
     eos_penalty: float | None = option(
         -1.0, "Score given to responses that never emitted EOS; null = keep the RM score."
     )
+    terms: list[RewardTermConfig] = option(
+        factory=list,
+        help="A composed reward instead of one source: a list of terms, the score sum_i weight_i * term_i, each "
+             "term's raw score logged as reward/<name>. A term has a name, a weight (default 1) and exactly one "
+             "source: models (+ combine, std_coef), callable, url (+ api_key), length_penalty (+ length_target: "
+             "-length_penalty per response token beyond it) or regex (1 if it matches the response text, else 0). "
+             "Excludes reward.models, reward.callable and reward.url; normalize, clip and eos_penalty apply to the "
+             "sum.",
+    )
 
     def validate(self) -> None:
         given = [name for name, set_ in (("reward.models", bool(self.models)), ("reward.callable", bool(self.callable)),
                                          ("reward.url", bool(self.url))) if set_]
+        if self.terms:
+            self._check_terms(given)
+            return
         if not given:
             raise ConfigError(
-                "Config block 'reward' needs 'reward.models' (checkpoints), 'reward.callable' or 'reward.url'."
+                "Config block 'reward' needs 'reward.models' (checkpoints), 'reward.callable', 'reward.url' or "
+                "'reward.terms' (a composed reward)."
             )
         if len(given) > 1:
             raise ConfigError(f"Config block 'reward': set one of 'reward.models', 'reward.callable' or "
                               f"'reward.url', not {' and '.join(repr(g) for g in given)}.")
+
+    def _check_terms(self, given: list[str]) -> None:
+        if given:
+            raise ConfigError(f"Config block 'reward': 'reward.terms' composes the reward, so "
+                              f"{' and '.join(repr(g) for g in given)} would be a second source; make it a term "
+                              f"instead (e.g. {{name: rm, models: [...]}}).")
+        seen: dict[str, int] = {}
+        for i, term in enumerate(self.terms):
+            term.check(f"reward.terms[{i}]")
+            if term.name in seen:
+                raise ConfigError(f"Config key 'reward.terms[{i}].name' = {term.name!r}: reward.terms[{seen[term.name]}] "
+                                  "has that name too; each term needs its own (it names the metric reward/<name>).")
+            seen[term.name] = i
+
+    def model_sources(self) -> list[tuple[str, str]]:
+        """(checkpoint, config key) of every reward model the reward loads: reward.models, or each
+        model term's (``reward.terms[i].models``), in order."""
+        if not self.terms:
+            return [(path, "reward.models") for path in self.models]
+        return [(path, f"reward.terms[{i}].models") for i, term in enumerate(self.terms) for path in term.models]
 
 
 @dataclass(frozen=True)
@@ -122,14 +157,23 @@ class PolicyLossConfig:
     clip_low: float | None = option(None, "Lower ratio clip: r >= 1 - clip_low; null = ppo.clip.", gt=0, lt=1)
     clip_high: float | None = option(
         None, "Upper ratio clip: r <= 1 + clip_high; null = ppo.clip (DAPO's clip-higher uses 0.28).", gt=0)
-    aggregation: Literal["token_mean", "sequence_mean", "fixed_normalizer"] = option(
-        "token_mean", "How per-token losses become one: token_mean (DAPO: every token alike), sequence_mean "
-                      "(GRPO paper: every response alike), fixed_normalizer (Dr. GRPO: sum / (responses x "
-                      "rollout.max_new_tokens)).")
-    ratio_level: Literal["token", "sequence", "sequence_product"] = option(
-        "token", "The importance ratio pi/pi_old that is clipped: token (one per token, PPO and GRPO), sequence "
-                 "(one per response, the geometric mean of its token ratios: GSPO), sequence_product (one per "
-                 "response, pi(y)/pi_old(y): TRL's RLOOTrainer). A response's ratio is clipped as one.")
+    aggregation: Literal["token_mean", "sequence_mean", "fixed_normalizer"] | None = option(
+        None, "How per-token losses become one: token_mean (DAPO: every token alike), sequence_mean "
+              "(GRPO paper: every response alike), fixed_normalizer (Dr. GRPO: sum / (responses x "
+              "rollout.max_new_tokens)). null = the algorithm's default (rloo: sequence_mean, else token_mean).")
+    ratio_level: Literal["token", "sequence", "sequence_product"] | None = option(
+        None, "The importance ratio pi/pi_old that is clipped: token (one per token, PPO and GRPO), sequence "
+              "(one per response, the geometric mean of its token ratios: GSPO), sequence_product (one per "
+              "response, pi(y)/pi_old(y): the RLOO paper's and TRL's RLOOTrainer). A response's ratio is clipped "
+              "as one. null = the algorithm's default (rloo: sequence_product, else token).")
+
+    def resolved(self, algorithm: str) -> "PolicyLossConfig":
+        """This block with each null key set to ``algorithm``'s default (its registry entry's
+        ``policy_loss``; token ratios and token_mean for an unknown name, which validation refuses)."""
+        from tether.algorithms.registry import ALGORITHMS
+
+        level, how = ALGORITHMS[algorithm].policy_loss if algorithm in ALGORITHMS else ("token", "token_mean")
+        return dataclasses.replace(self, ratio_level=self.ratio_level or level, aggregation=self.aggregation or how)
 
 
 @dataclass(frozen=True)
@@ -267,3 +311,14 @@ class PPOEvalConfig:
     every: int = option(0, "Evaluate every this many iterations (0 = only at the end).", ge=0)
     max_prompts: int = option(128, "Use at most this many held-out prompts.", ge=1)
     judge: str | None = option(None, "Gold judge `module:function(prompt, response, ended)`.")
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    """Rejection sampling's winners: which of each prompt's ``group.size`` samples it fine-tunes on."""
+
+    keep: int = option(1, "Winners per prompt: the best `keep` of its group.size samples by score (1 = best-of-N).",
+                       ge=1)
+    min_score: float | None = option(
+        None, "Keep a winner only if its score (after reward.normalize and the KL shaping) is at least this; "
+              "null = no floor.")

@@ -39,6 +39,7 @@ from tether.config.rl_blocks import (
     PPOEvalConfig,
     PolicyLossConfig,
     RewardSourceConfig,
+    SelectionConfig,
     default_group_size,
 )
 
@@ -234,6 +235,7 @@ class PPOConfig:
                            "docs/algorithms.md.")
     group: GroupConfig = section(GroupConfig, "Responses per prompt (grpo, rloo).")
     policy_loss: PolicyLossConfig = section(PolicyLossConfig, "The critic-free algorithms' actor loss.")
+    selection: SelectionConfig = section(SelectionConfig, "Rejection sampling's winners of each group.")
     rollout: RolloutConfig = section(RolloutConfig, "Sampling.")
     optim: ActorOptimConfig = section(ActorOptimConfig, "The actor's optimiser and schedule (the critic's is "
                                                         "critic.optim).")
@@ -276,6 +278,10 @@ class PPOConfig:
         if (name in ALGORITHMS and not ALGORITHMS[name].needs_critic) or critic.get("shared_trunk") is True:
             return tuple(t for t in targets if not t.startswith("critic.")) or targets
         return targets
+
+    def __post_init__(self) -> None:
+        # policy_loss's null keys follow the algorithm, so the saved config names the loss it ran.
+        object.__setattr__(self, "policy_loss", self.policy_loss.resolved(self.algorithm))
 
     @property
     def samples_per_prompt(self) -> int:
@@ -320,6 +326,15 @@ class PPOConfig:
                 f"prompt, so it needs at least {spec.min_group_size} (4-16 is usual)."
             )
         refuse_inert(self, spec.inert_keys, f"with algorithm={self.algorithm}, which does not read it")
+        for other in ALGORITHMS.values():  # a block only one algorithm reads
+            if other.config_block and other.name != self.algorithm:
+                refuse_inert(self, [other.config_block], f"with algorithm={self.algorithm}; only {other.name} reads it")
+        if spec.whole_groups and (self.ppo.minibatch_size // self.ppo.grad_accum_steps) % self.samples_per_prompt:
+            raise ConfigError(
+                f"Config key 'ppo.minibatch_size' = {self.ppo.minibatch_size}: {self.algorithm} compares each prompt's "
+                f"responses with each other, so every micro-batch (ppo.minibatch_size / ppo.grad_accum_steps = "
+                f"{self.ppo.minibatch_size // self.ppo.grad_accum_steps}) must hold whole groups of group.size = "
+                f"{self.samples_per_prompt}.")
         episodes = self.rollout.batch_size * self.samples_per_prompt
         if episodes % self.ppo.minibatch_size:
             raise ConfigError(
@@ -335,12 +350,13 @@ class PPOConfig:
         self.placement.ray.check_roles(RL_ROLES)
         if not self.needs_critic:
             refuse_inert(self, CRITIC_KEYS, f"with algorithm={self.algorithm}, which trains no critic")
-        elif (self.critic.init == "reward" and not self.critic.path and not self.reward.models
+        elif (self.critic.init == "reward" and not self.critic.path and not self.reward.model_sources()
                 and not self.critic.shared_trunk):
-            source = "reward.callable" if self.reward.callable else "reward.url"
+            source = ("reward.terms, none of which has models" if self.reward.terms else
+                      f"{'reward.callable' if self.reward.callable else 'reward.url'} (reward.models is empty)")
             raise ConfigError(
                 "Config key 'critic.init' = 'reward': the critic starts from the reward model's trained head, "
-                f"but the reward comes from {source} (reward.models is empty). Set critic.init=policy (a fresh "
+                f"but the reward comes from {source}. Set critic.init=policy (a fresh "
                 "value head on the policy) or critic.path to a trained scalar-head checkpoint."
             )
         if self.critic.shared_trunk and self.critic.path:
@@ -400,7 +416,10 @@ def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
                       "the actor's optimiser at critic.optim.lr)"))
     if cfg.kl.controller == "fixed":
         rules.append((("kl.target", "kl.horizon"), "with kl.controller=fixed (they steer the adaptive controller)"))
-    if len(cfg.reward.models) < 2:
+    if cfg.reward.terms:
+        rules.append((("reward.combine", "reward.std_coef"), "with reward.terms (a model term has its own combine and "
+                                                             "std_coef)"))
+    elif len(cfg.reward.models) < 2:
         rules.append((("reward.combine", "reward.std_coef"), "with fewer than two reward.models (they combine an "
                                                              "ensemble's scores)"))
     elif cfg.reward.combine != "mean_minus_std":

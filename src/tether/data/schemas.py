@@ -19,9 +19,11 @@ __all__ = [
     "SFTExample",
     "PreferenceExample",
     "PromptExample",
+    "UnpairedExample",
     "sft_examples",
     "preference_examples",
     "prompt_examples",
+    "unpaired_examples",
 ]
 
 Prompt = str | list[dict]
@@ -34,6 +36,10 @@ _PREF_SCHEMAS = (
     "{prompt, chosen, rejected} or {chosen, rejected} (HH-RLHF style: whole conversations sharing a prefix)"
 )
 _PROMPT_SCHEMAS = "{prompt} or {messages}"
+_UNPAIRED_SCHEMAS = (
+    "{prompt, completion, label} (label true: a desirable response, false: an undesirable one), or preference "
+    f"pairs {_PREF_SCHEMAS}, each split into a desirable and an undesirable row"
+)
 
 _repr = reprlib.Repr()
 _repr.maxstring = 40
@@ -58,6 +64,19 @@ class PreferenceExample:
     rejected: str
     source: str
     row: int
+
+
+@dataclass(frozen=True)
+class UnpairedExample:
+    """One response with a thumbs up (``desirable``) or down. ``pair``: the row of the preference
+    pair it was split from (its partner has the same), None for an unpaired row."""
+
+    prompt: Prompt
+    completion: str
+    desirable: bool
+    source: str
+    row: int
+    pair: int | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +160,42 @@ def preference_examples(
             "expected at least one pair of different responses"
         )
     return out, counts
+
+
+def unpaired_examples(
+    records: Iterable[Record], on_identical: str = "error"
+) -> tuple[list[UnpairedExample], dict]:
+    """KTO's rows, from one file. Its format is read from the first row's keys: ``prompt``/
+    ``completion``/``label`` rows (``label`` a JSON boolean), or preference pairs (the schemas of
+    :func:`preference_examples`), each split into its chosen response (desirable) and its rejected
+    one (undesirable), in that order. Returns the examples and counts ``{"identical_skipped": n}``.
+    """
+    records = list(records)
+    if not records:
+        return [], {"identical_skipped": 0}
+    first = _data(records[0])
+    if "chosen" in first or "rejected" in first:
+        pairs, counts = preference_examples(records, on_identical)
+        out = []
+        for p in pairs:
+            out += [UnpairedExample(p.prompt, p.chosen, True, p.source, p.row, pair=p.row),
+                    UnpairedExample(p.prompt, p.rejected, False, p.source, p.row, pair=p.row)]
+        return out, counts
+    if not any(k in first for k in ("prompt", "completion", "label")):
+        raise _unknown_schema(records[0], first, _UNPAIRED_SCHEMAS,
+                              ("prompt", "completion", "label", "chosen", "rejected"))
+    out = []
+    for rec in records:
+        data = _data(rec)
+        _require(rec, data, ("prompt", "completion", "label"))
+        prompt = _prompt(rec, "prompt", data["prompt"])
+        completion = _completion(rec, data["completion"])
+        label = data["label"]
+        if not isinstance(label, bool):
+            raise _err(rec, "label", "a JSON boolean: true (a desirable response) or false (an undesirable one)",
+                       label)
+        out.append(UnpairedExample(prompt, completion, label, rec.source, rec.row))
+    return out, {"identical_skipped": 0}
 
 
 def prompt_examples(records: Iterable[Record]) -> list[PromptExample]:

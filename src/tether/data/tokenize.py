@@ -6,15 +6,17 @@ from dataclasses import dataclass
 
 import torch
 
-from tether.data.schemas import PreferenceExample, SFTExample
+from tether.data.schemas import PreferenceExample, SFTExample, UnpairedExample
 from tether.data.templates import encode_prompt, encode_response
 from tether.errors import DataError, TetherError
 
 __all__ = [
     "TokenizedSFT",
     "TokenizedPreference",
+    "TokenizedUnpaired",
     "tokenize_sft",
     "tokenize_preference",
+    "tokenize_unpaired",
     "collate_right",
     "collate_left",
 ]
@@ -35,6 +37,22 @@ class TokenizedPreference:
     chosen_ids: list[int]
     rejected_ids: list[int]
     truncated: bool = False  # the responses were cut to fit max_length (on_long='truncate')
+
+
+@dataclass
+class TokenizedUnpaired:
+    """A KTO row: a prompt and one response, desirable or not; ``pair``: as in
+    :class:`~tether.data.schemas.UnpairedExample`. ``kl_prompt_ids`` / ``kl_completion_ids``: the
+    mismatched pair KTO's reference point is estimated on (another row's prompt, this row's
+    response cut to fit), filled in once every row is read (:mod:`tether.loops.kto_data`)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    desirable: bool
+    pair: int | None = None
+    truncated: bool = False  # the response was cut to fit max_length (on_long='truncate')
+    kl_prompt_ids: list[int] | None = None
+    kl_completion_ids: list[int] | None = None
 
 
 def _check_args(max_length: int, on_long: str) -> None:
@@ -111,6 +129,25 @@ def tokenize_preference(
             return None
         return TokenizedPreference(prompt_ids=p, chosen_ids=c, rejected_ids=r, truncated=True)
     return TokenizedPreference(prompt_ids=p, chosen_ids=c, rejected_ids=r)
+
+
+def tokenize_unpaired(
+    ex: UnpairedExample, tokenizer, max_length: int, mode: str = "auto", on_long: str = "drop",
+    capped_by: str | None = None,
+) -> TokenizedUnpaired | None:
+    """Prompt and response ids of a KTO row; ``None`` if it is dropped. Too long: as
+    :func:`tokenize_sft` (``truncate`` cuts the end of the response)."""
+    _check_args(max_length, on_long)
+    p, r = _encode(ex, tokenizer, mode, ex.completion)
+    if len(p) + len(r) > max_length:
+        field = "completion" if ex.pair is None else ("chosen" if ex.desirable else "rejected")
+        if on_long == "error":
+            raise _too_long(ex, f"field '{field}': prompt + response is {len(p) + len(r)} tokens "
+                                f"({len(p)} + {len(r)})", max_length, capped_by)
+        if on_long == "drop" or len(p) >= max_length:
+            return None
+        return TokenizedUnpaired(p, r[: max_length - len(p)], ex.desirable, ex.pair, truncated=True)
+    return TokenizedUnpaired(p, r, ex.desirable, ex.pair)
 
 
 def _padded(seqs: list[list[int]], pad: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:

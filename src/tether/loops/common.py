@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from tether.algorithms.registry import algorithm_spec
 from tether.errors import ConfigError
 from tether.checkpoint import latest_checkpoint
 from tether.distributed.collectives import barrier, on_main
@@ -78,6 +79,13 @@ def check_data_parallel(cfg, stage: str) -> None:
             raise ConfigError(
                 f"Config key '{key}' = {value} does not divide by the world size {world} (torchrun's processes): "
                 f"each rank takes an equal share of every batch; expected a multiple of {world}.")
+    if hasattr(cfg, "rollout") and algorithm_spec(cfg.algorithm).whole_groups:
+        micro, g = cfg.ppo.minibatch_size // cfg.ppo.grad_accum_steps, cfg.samples_per_prompt
+        if (micro // world) % g:
+            raise ConfigError(
+                f"Config key 'ppo.minibatch_size' = {cfg.ppo.minibatch_size}: {cfg.algorithm} compares each prompt's "
+                f"responses, so each rank's share of a micro-batch (ppo.minibatch_size / ppo.grad_accum_steps / world "
+                f"size = {micro} / {world}) must hold whole groups of group.size = {g}.")
     if "fsdp" in strategies and cfg.run.precision == "fp16":
         raise ConfigError("Config key 'run.precision' = 'fp16' with distributed.strategy (or critic.strategy) = "
                           "'fsdp': FSDP here takes fp32 or bf16 (fp16's gradient scaler is not wired for sharded "

@@ -37,37 +37,49 @@ from tether.runs import guarded_run
 from tether.types import Rollout
 
 
-def pair_logprobs(model, pairs: list, pad_id: int, autocast: str = "none") -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed response log-probs (B,), (B,) of each pair's chosen and rejected response under
-    ``model``, in one forward over 2B sequences (prompts left-padded, responses right-padded)."""
+def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+                      autocast: str = "none") -> torch.Tensor:
+    """(B,) summed log-probs of each response after its prompt under ``model`` (response tokens
+    only), in one forward over B sequences (prompts left-padded, responses right-padded)."""
     device = next(model.parameters()).device
-    prompts = [p.prompt_ids for p in pairs] * 2
-    responses = [p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs]
     prompt_ids, prompt_mask = collate_left(prompts, pad_id)
     resp = collate_right(responses, pad_id)
     rollout = Rollout(prompt_ids.to(device), prompt_mask.to(device), resp["input_ids"].to(device),
                       resp["attention_mask"].to(device), ended=torch.ones(len(responses), dtype=torch.bool),
                       prompts=[""] * len(responses), responses=[""] * len(responses))
     out = policy_forward(model, rollout, 1.0, False, autocast)
-    sums = (out.logprobs * rollout.response_mask).sum(dim=1)
+    return (out.logprobs * rollout.response_mask).sum(dim=1)
+
+
+def pair_logprobs(model, pairs: list, pad_id: int, autocast: str = "none") -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed response log-probs (B,), (B,) of each pair's chosen and rejected response under
+    ``model``, in one forward over 2B sequences."""
+    responses = [p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs]
+    sums = response_logprobs(model, [p.prompt_ids for p in pairs] * 2, responses, pad_id, autocast)
     return sums[: len(pairs)], sums[len(pairs):]
 
 
 @torch.no_grad()
-def pair_logprob_table(model, pairs: list, pad_id: int, batch_size: int, autocast: str = "none") -> torch.Tensor:
+def pair_logprob_table(model, pairs: list, pad_id: int, batch_size: int, autocast: str = "none",
+                       scorer=None) -> torch.Tensor:
     """(N, 2) summed log-probs (chosen, rejected) of every pair under ``model`` (the reference, or
     the policy when evaluating); under data parallel each rank
-    scores a contiguous share and the shares are gathered in rank order."""
+    scores a contiguous share and the shares are gathered in rank order. ``scorer(model, rows,
+    pad_id, autocast)``: another per-row scorer returning K (B,) columns (default
+    :func:`pair_logprobs`); the table is then (N, K)."""
+    scorer = scorer or pair_logprobs
     was_training = model.training
     model.eval()
     mine = pairs[rank_slice(len(pairs))]
     parts = []
     for start in range(0, len(mine), batch_size):
-        c, r = pair_logprobs(model, mine[start: start + batch_size], pad_id, autocast)
-        parts.append(torch.stack([c, r], dim=1).float().cpu())
+        columns = scorer(model, mine[start: start + batch_size], pad_id, autocast)
+        parts.append(torch.stack(list(columns), dim=1).float().cpu())
     model.train(was_training)
-    share = torch.cat(parts) if parts else torch.zeros(0, 2)
-    return torch.cat(all_gather_objects(share))
+    share = torch.cat(parts) if parts else None
+    shares = all_gather_objects(share)
+    width = next((s.shape[1] for s in shares if s is not None), 2)  # a rank may have no rows
+    return torch.cat([s if s is not None else torch.zeros(0, width) for s in shares])
 
 
 @torch.no_grad()
@@ -88,20 +100,22 @@ def evaluate_dpo(model, pairs: list, ref: torch.Tensor, pad_id: int, batch_size:
     }
 
 
-def reference_of(cfg: DPOConfig, engine: TrainingEngine, tokenizer, settings, *pair_sets: list) -> list[torch.Tensor]:
+def reference_of(cfg: DPOConfig, engine: TrainingEngine, tokenizer, settings, *pair_sets: list,
+                 scorer=None) -> list[torch.Tensor]:
     """(N, 2) reference log-probs of each list of pairs: under the policy's base with its adapters
-    off (LoRA and no ``reference``), or a frozen model loaded for the purpose and dropped after."""
+    off (LoRA and no ``reference``), or a frozen model loaded for the purpose and dropped after.
+    ``scorer``: as :func:`pair_logprob_table`'s (KTO's rows)."""
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
     if cfg.lora.enabled and not cfg.reference:
         base = base_engine(engine)
-        return [base.infer(pair_logprob_table, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
+        return [base.infer(pair_logprob_table, pairs, pad, batch, engine.autocast, scorer) for pairs in pair_sets]
     reference = load_causal_lm(cfg.reference or cfg.model.name_or_path, tokenizer, cfg.model.dtype,
                                trust_remote_code=cfg.model.trust_remote_code,
                                key="reference" if cfg.reference else "model.name_or_path",
                                attn_implementation=cfg.model.attn_implementation)
     prepare_models([reference], settings)
     reference.to(engine.device)
-    return [pair_logprob_table(reference, pairs, pad, batch, engine.autocast) for pairs in pair_sets]
+    return [pair_logprob_table(reference, pairs, pad, batch, engine.autocast, scorer) for pairs in pair_sets]
 
 
 def rows_used(n: int, batch_size: int, total_steps: int, seed: int) -> list[int]:
@@ -114,19 +128,20 @@ def rows_used(n: int, batch_size: int, total_steps: int, seed: int) -> list[int]
 
 
 def reference_table(cfg: DPOConfig, engine: TrainingEngine, tokenizer, settings, train: list, evals: list,
-                    total_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+                    total_steps: int, scorer=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(N, 2) reference log-probs of the training pairs, NaN in the rows the run never draws
-    (a NaN reaching a loss would stop the run, never train it), and (M, 2) of the held-out pairs."""
+    (a NaN reaching a loss would stop the run, never train it), and (M, 2) of the held-out pairs.
+    ``scorer``: as :func:`pair_logprob_table`'s (KTO's rows)."""
     used = rows_used(len(train), cfg.optim.batch_size, total_steps, cfg.run.seed)
-    scored, ref_eval = reference_of(cfg, engine, tokenizer, settings, [train[i] for i in used], evals)
-    ref_train = torch.full((len(train), 2), float("nan"))
+    scored, ref_eval = reference_of(cfg, engine, tokenizer, settings, [train[i] for i in used], evals, scorer=scorer)
+    ref_train = torch.full((len(train), scored.shape[1]), float("nan"))
     ref_train[torch.tensor(used, dtype=torch.long)] = scored
     return ref_train, ref_eval
 
 
-def dpo_inputs(cfg: DPOConfig):
-    """Everything DPO reads before the weights, checked: (tokenizer, the models' configs by path,
-    :func:`load_pairs`' result). ``tether dpo --dry-run`` stops here."""
+def policy_and_reference(cfg):
+    """(tokenizer, the policy's and any separate ``reference``'s configs by path), checked: what DPO
+    and KTO read of their models before the weights."""
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     models = {cfg.model.name_or_path: load_model_config(cfg.model.name_or_path, "model.name_or_path",
@@ -134,6 +149,13 @@ def dpo_inputs(cfg: DPOConfig):
     if cfg.reference:
         check_reference_tokenizer(cfg, tokenizer)  # as the RL commands check theirs
         models[cfg.reference] = load_model_config(cfg.reference, "reference", cfg.model.trust_remote_code)
+    return tokenizer, models
+
+
+def dpo_inputs(cfg: DPOConfig):
+    """Everything DPO reads before the weights, checked: (tokenizer, the models' configs by path,
+    :func:`load_pairs`' result). ``tether dpo --dry-run`` stops here."""
+    tokenizer, models = policy_and_reference(cfg)
     return tokenizer, models, load_pairs(cfg, tokenizer, data_limit(cfg, models))
 
 

@@ -62,3 +62,16 @@ def split_by_token_budget(minibatch: Tensor, tokens: Sequence[int], budget: int,
     rows = minibatch.tolist()
     return [torch.tensor(members, dtype=torch.long)
             for members in rows_by_token_budget(rows, tokens.__getitem__, budget, padded)]
+
+
+def minibatch_order(n: int, group_size: int, generator: torch.Generator) -> Tensor:
+    """(n,) a shuffled order of an experience's rows for one epoch: rows shuffled one by one
+    (``group_size`` 1, exactly ``torch.randperm(n)``), or whole groups of ``group_size``
+    consecutive rows shuffled together, each group's rows kept in order (an algorithm whose
+    loss compares a prompt's responses: the registry's ``whole_groups``)."""
+    if group_size == 1:
+        return torch.randperm(n, generator=generator)
+    if n % group_size:
+        raise ValueError(f"{n} rows do not split into groups of {group_size}")
+    groups = torch.randperm(n // group_size, generator=generator)
+    return (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)

@@ -13,18 +13,19 @@ See docs/architecture.md for an iteration traced file by file.
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import time
 import warnings
 
 import torch
 
+from tether.algorithms.registry import algorithm_spec
 from tether.algos import kl_k1, kl_k3, masked_mean, repetition_rate, sampled_entropy_estimate
 from tether.algos.off_policy import is_stats, is_weights
 from tether.errors import TrainingError
 from tether.loops.common import Timer
-from tether.loops.micro_batches import split_by_token_budget
+from tether.loops.micro_batches import minibatch_order, split_by_token_budget
+from tether.loops.minibatch_stats import average_steps, mean_of, merge_role_steps
 from tether.loops.rollout_pipeline import RolloutPipeline, sampled_stats
 from tether.loops.rl_setup import (
     PromptSet,
@@ -33,14 +34,13 @@ from tether.loops.rl_setup import (
     kl_controller,
     prompt_indices,
     sampling_params,
+    score_rollout,
     shape_scores,
 )
 from tether.rollout import SamplingParams, engine_settings_block, engine_spec
 from tether.placement import role
 from tether.runtime import rank_seed
 from tether.types import Experience, Rollout
-
-CHECK = "check/"  # stats the roles report for the loop's invariant checks, not logged
 
 
 class RLTrainer:
@@ -51,6 +51,7 @@ class RLTrainer:
         self.actor, self.reference, self.reward, self.rollout = (
             role(placement, name) for name in ("actor", "reference", "reward", "rollout"))
         self.critic = role(placement, "critic") if cfg.needs_critic else None
+        self.whole_groups = algorithm_spec(cfg.algorithm).whole_groups  # the update shuffles whole groups
         # A shared-trunk critic trains inside the actor's update: nothing to run beside it.
         self.critic_trains = self.critic is not None and self.critic.trains_alone()
         self.sampling = sampling_params(cfg)
@@ -123,7 +124,7 @@ class RLTrainer:
         with timer("values"):
             values = self.critic.values(rollout) if self.critic is not None else None
         with timer("reward"):
-            raw = self.reward.score(rollout).float().to(logp.device)
+            raw, term_stats = score_rollout(self.reward, rollout, self.cfg, logp.device)  # reward/<name> per term
         with timer("advantages"):
             score = shape_scores(raw, rollout.ended, self.normalize, self.cfg)
             exp, algo_stats = self.algo.experience(rollout, logp, ref_logp, values, score, self.kl_ctl.value)
@@ -151,7 +152,7 @@ class RLTrainer:
             "response/length_mean": float(mask.sum(1).float().mean()),
             "response/eos_rate": float(rollout.ended.float().mean()),
             "response/repetition": sum(repetition_rate(r.split(), 2) for r in rollout.responses) / len(rollout.responses),
-            **algo_stats,
+            **algo_stats, **term_stats,
         }
         return exp, stats
 
@@ -169,7 +170,7 @@ class RLTrainer:
         # ppo.micro_batch_tokens: each minibatch binned by its rows' real tokens (prompt + response).
         tokens = None if p.micro_batch_tokens is None else exp.rollout.attention_mask.sum(1).tolist()
         for epoch in range(p.epochs):
-            order = torch.randperm(len(exp), generator=generator)
+            order = minibatch_order(len(exp), self.algo.samples_per_prompt if self.whole_groups else 1, generator)
             if tokens is None:
                 minibatches = [mb.split(p.minibatch_size // p.grad_accum_steps) for mb in order.split(p.minibatch_size)]
             else:
@@ -268,33 +269,3 @@ class RLTrainer:
         if self.cfg.ppo.on_invariant == "error":
             raise TrainingError(text)
         warnings.warn(text, stacklevel=2)
-
-
-SUMMED = ("timing/", "optim/skipped_steps")  # added up over the roles (and, for timing, minibatches)
-ACTOR_OFF = {"ppo/policy/loss": 0.0, "ppo/policy/clipfrac": 0.0, "ppo/policy/approxkl": 0.0, "ppo/policy/ratio_mean": 1.0}
-
-
-def merge_role_steps(per_role: list[list[dict]], n: int, actor_on: bool) -> list[dict]:
-    """One stats dict per minibatch from each role's list of per-step stats."""
-    merged = []
-    for i in range(n):
-        step: dict[str, float] = {} if actor_on else dict(ACTOR_OFF)
-        for steps in per_role:
-            for key, value in (steps[i].items() if i < len(steps) else ()):
-                step[key] = step.get(key, 0.0) + value if key.startswith(SUMMED) else value
-        merged.append(step)
-    return merged
-
-
-def mean_of(steps: list[dict], key: str) -> float:
-    return sum(s.get(key, 0.0) for s in steps) / max(len(steps), 1)
-
-
-def average_steps(steps: list[dict]) -> dict:
-    """Minibatch stats averaged over the steps (timing summed); ``check/`` diagnostics dropped."""
-    sums: dict[str, float] = {}
-    for step in steps:
-        for key, value in step.items():
-            sums[key] = sums.get(key, 0.0) + value
-    n = max(len(steps), 1)
-    return {k: v if k.startswith("timing/") else v / n for k, v in sums.items() if not k.startswith(CHECK)}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from tether.algos import AdaptiveKLController, FixedKLController, RunningMoments
+from tether.algos.reward_terms import combine_terms, term_means
 from tether.config import PPOConfig
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.errors import DataError
@@ -96,6 +97,17 @@ class ScoreNormalizer:
     def load_state_dict(self, state: dict) -> None:
         self.frozen = tuple(state["frozen"]) if state["frozen"] is not None else None
         self.moments.load_state_dict(state["moments"])
+
+
+def score_rollout(reward, rollout, cfg: PPOConfig, device) -> tuple[torch.Tensor, dict[str, float]]:
+    """The reward role's (B,) raw scores of ``rollout`` in float32 on ``device``, and with
+    ``reward.terms`` each term's batch mean ``reward/<name>`` (from one ``score_terms`` call: (B, T))."""
+    terms = cfg.reward.terms
+    if not terms:
+        return reward.score(rollout).float().to(device), {}
+    per_term = reward.score_terms(rollout)
+    names = [term.name for term in terms]
+    return combine_terms(per_term, [term.weight for term in terms]).to(device), term_means(per_term, names)
 
 
 def shape_scores(raw: torch.Tensor, ended: torch.Tensor, normalize: "ScoreNormalizer", cfg: PPOConfig) -> torch.Tensor:

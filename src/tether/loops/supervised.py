@@ -28,11 +28,14 @@ from tether.runtime import rank_seed, world_size
 
 def sequence_tokens(item) -> int:
     """Tokens one training item puts through the model, padding not counted: a demonstration's
-    sequence, or a pair's prompt + chosen and prompt + rejected (``perf/tokens_per_s``)."""
+    sequence, a pair's prompt + chosen and prompt + rejected, or a KTO row's prompt + response (its
+    mismatched pair, scored without gradient before the step, not counted) (``perf/tokens_per_s``)."""
     if hasattr(item, "input_ids"):
         return len(item.input_ids)
     if hasattr(item, "chosen_ids"):
         return 2 * len(item.prompt_ids) + len(item.chosen_ids) + len(item.rejected_ids)
+    if hasattr(item, "completion_ids"):
+        return len(item.prompt_ids) + len(item.completion_ids)
     return 0
 
 

@@ -146,6 +146,8 @@ PHASE_WHAT = {"sft": {"update": "forward + backward + AdamW"},
               "dpo": {"logprobs": "the reference's log-probs, before training",
                       "update": "forward + backward + AdamW"},
               **{stage: {"update": "forward + backward + AdamW"} for stage in REFERENCE_FREE},
+              "kto": {"logprobs": "the reference's log-probs, own and mismatched prompts, before training",
+                      "update": "z0's pass without gradient, then forward + backward + AdamW"},
               "rl": {"rollout": "generation", "logprobs": "old and reference log-probs, values, scores",
                      "update": "actor and critic forward + backward + AdamW"}}
 SPLIT_NAMES = {"weights": "weights", "gradients": "gradients", "optimizer": "AdamW", "optimizer_step": "AdamW step",
@@ -198,6 +200,8 @@ def _longest(rows) -> tuple[int, int]:
         if hasattr(row, "input_ids"):
             seq = max(seq, len(row.input_ids))
             resp = max(resp, sum(getattr(row, "loss_mask", row.input_ids)))
+        elif hasattr(row, "completion_ids"):  # a KTO row
+            seq, resp = max(seq, len(row.prompt_ids) + len(row.completion_ids)), max(resp, len(row.completion_ids))
         else:
             longer = max(len(row.chosen_ids), len(row.rejected_ids))
             seq, resp = max(seq, len(row.prompt_ids) + longer), max(resp, longer)
@@ -233,8 +237,8 @@ def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, 
     training = (lora + (" + the score head" if scalar else "")) if cfg.lora.enabled else "every weight trained"
     plan.add("roles", f"{role:<10} {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
                       f"{training}")
-    if stage == "dpo":
-        plan.add("roles", _dpo_reference(cfg, len(train), len(evals)))
+    if stage in ("dpo", "kto"):
+        plan.add("roles", _dpo_reference(cfg, len(train), len(evals), unit))
     _supervised_batches(plan, cfg, len(train), len(evals))
     _placement(plan, cfg, [(role,)])
     _memory(plan, {role: size}, {role: cfg.distributed.strategy}, cfg.model.dtype)
@@ -243,15 +247,17 @@ def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, 
     return plan
 
 
-def _dpo_reference(cfg, n_train: int, n_eval: int) -> str:
-    """What DPO's reference scores: the training rows the run's steps draw, and the held-out pairs."""
+def _dpo_reference(cfg, n_train: int, n_eval: int, unit: str = "preference pairs") -> str:
+    """What DPO's (or KTO's) reference scores: the training rows the run's steps draw, and the held-out ones."""
     from tether.loops.common import steps_for
     from tether.loops.dpo import rows_used
 
     used = rows_used(n_train, cfg.optim.batch_size, steps_for(n_train, cfg.optim.batch_size, cfg.epochs,
                                                               cfg.max_steps), cfg.run.seed)
-    return (f"reference  log-probs of the {len(used)} of {n_train} training pairs the steps draw and of {n_eval} "
-            "held-out pairs, computed once before training, then dropped"
+    what = unit.split()[-1]
+    mismatched = " (each after its own and after another row's prompt)" if what == "rows" else ""
+    return (f"reference  log-probs of the {len(used)} of {n_train} training {what} the steps draw and of {n_eval} "
+            f"held-out {what}{mismatched}, computed once before training, then dropped"
             + (" (the adapters off)" if cfg.lora.enabled and not cfg.reference else ""))
 
 
@@ -293,6 +299,22 @@ def _plan_reference_free(stage: str, cfg, resume: bool) -> Plan:
         return tokenizer, configs, train, evals, counts
 
     return _plan_supervised(stage, cfg, resume, load, "preference pairs", "policy", scalar=False)
+
+
+def plan_kto(cfg, resume: bool = False) -> Plan:
+    from tether.loops.kto import kto_inputs
+    from tether.loops.kto_data import ratio_notice
+
+    counts = {}
+
+    def load(cfg):
+        tokenizer, configs, (train, evals, read) = kto_inputs(cfg)
+        counts.update(read)
+        return tokenizer, configs, train, evals, read
+
+    plan = _plan_supervised("kto", cfg, resume, load, "rows", "policy", scalar=False)
+    plan.add("data", ratio_notice(counts))
+    return plan
 
 
 def plan_simpo(cfg, resume: bool = False) -> Plan:

@@ -364,8 +364,10 @@ def _largest(parts: list[dict[str, int]]) -> dict[str, int]:
 
 #: The preference stages that train the policy with no reference model (one pass over chosen and rejected).
 REFERENCE_FREE = ("simpo", "orpo")
+#: The preference stages that train on one response per row (KTO).
+UNPAIRED = ("kto",)
 #: The stages whose memory is one supervised pass per micro-batch (the rest are RL iterations).
-SUPERVISED_STAGES = ("sft", "rm", "dpo", *REFERENCE_FREE)
+SUPERVISED_STAGES = ("sft", "rm", "dpo", *REFERENCE_FREE, *UNPAIRED)
 
 
 def phase_transients(shape: Shape, roles: dict[str, RoleSize], run: Workload) -> dict[str, dict[str, int]]:
@@ -382,6 +384,12 @@ def phase_transients(shape: Shape, roles: dict[str, RoleSize], run: Workload) ->
             return {"update": _pass(shape, run, actor, micro * run.seq, head, True)}
         if run.stage == "rm":  # chosen and rejected in one pass; the scalar head at the last token only
             return {"update": _pass(shape, run, actor, 2 * micro * run.seq, 0, True)}
+        if run.stage in UNPAIRED:  # KTO: one response per row; the reference scores it and its mismatched pair
+            positions = micro * (run.response or run.seq)
+            update = _pass(shape, run, actor, micro * run.seq, head_bytes(positions, v, True, False, chunk), True)
+            reference = _pass(shape, run, RoleSize(frozen=1), 2 * micro * run.seq,
+                              head_bytes(2 * positions, v, False, False, chunk), False)
+            return {"logprobs": reference, "update": update}
         positions = 2 * micro * (run.response or run.seq)
         update = _pass(shape, run, actor, 2 * micro * run.seq, head_bytes(positions, v, True, False, chunk), True)
         if run.stage in REFERENCE_FREE:  # SimPO, ORPO: no reference pass

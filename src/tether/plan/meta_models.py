@@ -67,6 +67,6 @@ def supervised(cfg, tokenizer, stage: str):
              else causal_lm(path, key, cfg, tokenizer))
     shape = shape_of(model)
     size = set_up(model, cfg.lora, cfg.gradient_checkpointing, scalar, "lora")
-    if stage == "dpo" and cfg.reference:
+    if stage in ("dpo", "kto") and cfg.reference:
         causal_lm(cfg.reference, "reference", cfg, tokenizer)
     return shape, size

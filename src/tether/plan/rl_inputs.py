@@ -58,30 +58,47 @@ def _reference(cfg, tokenizer, actor, roles: _Roles) -> None:
 
 
 def _reward(cfg, tokenizer, roles: _Roles) -> None:
+    if not cfg.reward.terms:
+        _reward_source(cfg, cfg.reward, "reward", "reward", tokenizer, roles)
+        return
+    roles.lines.append(f"reward     {len(cfg.reward.terms)} terms, the score sum_i weight_i * term_i:")
+    for i, term in enumerate(cfg.reward.terms):
+        head = f"           {term.name} (x {term.weight:g}):"
+        if term.length_penalty is not None:
+            roles.lines.append(f"{head} -{term.length_penalty:g} per response token beyond {term.length_target}")
+        elif term.regex is not None:
+            roles.lines.append(f"{head} 1 if the response matches {term.regex!r}, else 0")
+        else:
+            _reward_source(cfg, term, f"reward.terms[{i}]", f"reward.{term.name}", tokenizer, roles, head)
+
+
+def _reward_source(cfg, reward, key: str, role: str, tokenizer, roles: _Roles, head: str = "reward    ") -> None:
+    """The callable, server or reward models of ``reward`` (the reward block or a term, at config
+    ``key``), checked as :func:`tether.roles.sources.build_reward` checks them; each reward model
+    is sized as role ``role`` (``role0``, ``role1``, ... for an ensemble)."""
     from tether.models import load_tokenizer
     from tether.roles.sources import same_vocab as _same_vocab
     from tether.roles.sources import shares_reward_base
     from tether.targets import import_callable
 
-    reward = cfg.reward
     if reward.callable:
-        import_callable(reward.callable, "reward.callable")
-        roles.lines.append(f"reward     the Python callable {reward.callable}")
+        import_callable(reward.callable, f"{key}.callable")
+        roles.lines.append(f"{head} the Python callable {reward.callable}")
         return
     if reward.url:
         from tether.roles.remote_reward import RemoteReward
 
-        RemoteReward(reward.url, reward.api_key).check()
-        roles.lines.append(f"reward     the reward server at {reward.url} (answered)")
+        RemoteReward(reward.url, reward.api_key, key=f"{key}.url").check()
+        roles.lines.append(f"{head} the reward server at {reward.url} (answered)")
         return
     for i, path in enumerate(reward.models):
-        _same_vocab(tokenizer, load_tokenizer(path, key="reward.models"), f"reward model '{path}'")
-        model = meta_models.scalar_model(path, "reward.models", cfg, tokenizer)
+        _same_vocab(tokenizer, load_tokenizer(path, key=f"{key}.models"), f"reward model '{path}'")
+        model = meta_models.scalar_model(path, f"{key}.models", cfg, tokenizer)
         roles.add(path, model)
         shape = shape_of(model)
         shared = shares_reward_base(cfg)
-        roles.sizes[f"reward{i if len(reward.models) > 1 else ''}"] = RoleSize(frozen=0 if shared else shape.params)
-        roles.lines.append(f"reward     {path}: {shape.architecture}, {shape.params:,} parameters, frozen"
+        roles.sizes[f"{role}{i if len(reward.models) > 1 else ''}"] = RoleSize(frozen=0 if shared else shape.params)
+        roles.lines.append(f"{head} {path}: {shape.architecture}, {shape.params:,} parameters, frozen"
                            + (" (the LoRA critic's base, adapters off: no copy)" if shared else ""))
     if len(reward.models) > 1:
         roles.lines.append(f"           an ensemble of {len(reward.models)}, combined by {reward.combine}")

@@ -18,7 +18,7 @@ PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#ff7f0e", "#17becf", "#b
 DPO_COLOR = "#d62728"
 
 
-PREFERENCE_COLORS = (DPO_COLOR, "#7f7f7f", "#000000")
+PREFERENCE_COLORS = (DPO_COLOR, "#7f7f7f", "#000000", "#b8860b")
 
 
 def method_name(method: str) -> str:

@@ -14,16 +14,20 @@ from tether.roles.reward import (
     RewardSource,
     combine_scores,
 )
+from tether.roles.reward_terms import ComposedReward, LengthPenaltyReward, RegexReward
 
 __all__ = [
     "Actor",
     "CallableReward",
+    "ComposedReward",
     "Critic",
     "EnsembleReward",
+    "LengthPenaltyReward",
     "ModelReward",
     "PolicyOutput",
     "PolicyWithValueHead",
     "Reference",
+    "RegexReward",
     "RewardSource",
     "SharedTrunkCritic",
     "ValueHead",

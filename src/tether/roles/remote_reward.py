@@ -33,13 +33,14 @@ class RemoteReward:
     """``score(rollout) -> (B,)`` from ``{url}/v1/rewards``, with a few retries on connection errors."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 120.0, retries: int = 2,
-                 backoff: float = 0.5, batch_size: int = 256, name: str | None = None):
+                 backoff: float = 0.5, batch_size: int = 256, name: str | None = None, key: str = "reward.url"):
         import httpx2
 
         base = url.rstrip("/")
         base = base.removesuffix("/v1/rewards").removesuffix("/v1")
         self.endpoint = base + "/v1/rewards"
         self.name = name or self.endpoint
+        self.key = key  # the config key that gave the URL, for errors
         self.retries = retries
         self.backoff = backoff
         self.batch_size = batch_size
@@ -60,7 +61,7 @@ class RemoteReward:
             response = self._get_within(health, seconds)
         except self._httpx.TransportError as err:
             raise ModelError(
-                f"The reward server {self.endpoint} (reward.url) could not be reached within {seconds:g} s: "
+                f"The reward server {self.endpoint} ({self.key}) could not be reached within {seconds:g} s: "
                 f"{type(err).__name__}: {' '.join(str(err).split()) or 'no answer'}. Is `tether serve --reward-model ...` "
                 f"running there? {services.bound_text()}"
             ) from None
@@ -69,10 +70,10 @@ class RemoteReward:
         except ValueError:
             body = None
         if response.status_code != 200 or not isinstance(body, dict):
-            raise ModelError(f"The reward server {self.endpoint} (reward.url) is not healthy: GET /health answered "
+            raise ModelError(f"The reward server {self.endpoint} ({self.key}) is not healthy: GET /health answered "
                              f"HTTP {response.status_code}: {one_line(response.text, 200)!r}.")
         if not body.get("reward_model"):
-            raise ModelError(f"The server at {self.endpoint} (reward.url) serves no reward model; start it with "
+            raise ModelError(f"The server at {self.endpoint} ({self.key}) serves no reward model; start it with "
                              "`tether serve --reward-model DIR`.")
 
     def _get_within(self, url: str, seconds: float):

@@ -1,6 +1,7 @@
 """Where each RL role's model comes from, checked: the reference reads the policy's token ids,
 the critic starts from ``critic.path``, a reward model or the policy, and the reward is a model,
-an ensemble, a python callable, a reward server, or the LoRA critic's own base."""
+an ensemble, a python callable, a reward server, the LoRA critic's own base, or a composition of
+named, weighted terms (``reward.terms``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from tether.engines import EngineSettings, InferenceEngine
 from tether.errors import ModelError
 from tether.models import load_scalar_model, load_tokenizer
 from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource
+from tether.roles.reward_terms import ComposedReward, LengthPenaltyReward, RegexReward
 from tether.targets import import_callable
 
 
@@ -31,34 +33,52 @@ def check_reference_tokenizer(cfg, tokenizer) -> None:
 def critic_source(cfg: PPOConfig) -> tuple[str, str]:
     """The checkpoint a separate critic starts from and the config key that names it:
     critic.path; else, with critic.init=reward, the first reward model (its head already predicts
-    the final score: Ouyang et al. 2022, sec. 3.5); else the policy (a fresh value head)."""
+    the final score: Ouyang et al. 2022, sec. 3.5; with reward.terms, the first model term's first);
+    else the policy (a fresh value head)."""
     if cfg.critic.path:
         return cfg.critic.path, "critic.path"
     if cfg.critic.init == "reward":
-        return cfg.reward.models[0], "reward.models"
+        return cfg.reward.model_sources()[0]  # the config refuses critic.init=reward without one
     return cfg.model.name_or_path, "model.name_or_path"
 
 
 def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardSource:
-    """A reward model, an ensemble of them, a python callable, or a reward server (``reward.url``)."""
-    rcfg = cfg.reward
-    if rcfg.callable:
-        return CallableReward(import_callable(rcfg.callable, "reward.callable"), rcfg.callable)
-    if rcfg.url:
+    """A reward model, an ensemble of them, a python callable, a reward server (``reward.url``), or
+    a composition of named, weighted terms (``reward.terms``), each one of those or a built-in."""
+    if not cfg.reward.terms:
+        return _source(cfg.reward, "reward", cfg, tokenizer, settings)
+    terms = []
+    for i, term in enumerate(cfg.reward.terms):
+        if term.length_penalty is not None:
+            source = LengthPenaltyReward(term.length_penalty, term.length_target)
+        elif term.regex is not None:
+            source = RegexReward(term.regex)
+        else:
+            source = _source(term, f"reward.terms[{i}]", cfg, tokenizer, settings)
+        terms.append((term.name, term.weight, source))
+    return ComposedReward(terms)
+
+
+def _source(spec, key: str, cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardSource:
+    """The reward source of ``spec`` (the reward block, or one of its terms, at config ``key``):
+    its callable, its server, or its reward models (several: an ensemble)."""
+    if spec.callable:
+        return CallableReward(import_callable(spec.callable, f"{key}.callable"), spec.callable)
+    if spec.url:
         from tether.roles.remote_reward import RemoteReward
 
-        remote = RemoteReward(rcfg.url, rcfg.api_key)
+        remote = RemoteReward(spec.url, spec.api_key, key=f"{key}.url")
         remote.check()
         return remote
     members = []
-    for path in rcfg.models:
-        same_vocab(tokenizer, load_tokenizer(path, key="reward.models"), f"reward model '{path}'")
-        model = load_scalar_model(path, tokenizer, cfg.model.dtype, key="reward.models",
+    for path in spec.models:
+        same_vocab(tokenizer, load_tokenizer(path, key=f"{key}.models"), f"reward model '{path}'")
+        model = load_scalar_model(path, tokenizer, cfg.model.dtype, key=f"{key}.models",
                                   attn_implementation=cfg.model.attn_implementation)
         members.append(ModelReward(InferenceEngine(model, settings.device, settings.precision), path))
     if len(members) == 1:
         return members[0]
-    return EnsembleReward(members, rcfg.combine, rcfg.std_coef)
+    return EnsembleReward(members, spec.combine, spec.std_coef)
 
 
 SHARED_WITH_CRITIC = "the critic's base"  # make_roles' reward: the LoRA critic's base, adapters off
@@ -66,16 +86,19 @@ SHARED_WITH_CRITIC = "the critic's base"  # make_roles' reward: the LoRA critic'
 
 def shares_reward_base(cfg: PPOConfig) -> bool:
     """The reward model is the LoRA critic's base with the adapters off: the critic starts from the
-    one reward model (critic.init=reward, no critic.path) and trains adapters."""
+    one reward model (critic.init=reward, no critic.path) and trains adapters. Not with reward.terms
+    (reward.models is then empty): a model term loads its own copy."""
     return (cfg.needs_critic and cfg.critic.lora.enabled and cfg.critic.init == "reward" and not cfg.critic.path
             and len(cfg.reward.models) == 1 and not cfg.critic.shared_trunk)
 
 
 def reward_members(reward) -> list[ModelReward]:
-    """The reward models inside a reward source (an ensemble's, recursively); none for a callable
-    or a server."""
+    """The reward models inside a reward source (an ensemble's or a composed reward's terms',
+    recursively); none for a callable, a server or a built-in term."""
     if isinstance(reward, ModelReward):
         return [reward]
     if isinstance(reward, EnsembleReward):
         return [m for member in reward.members for m in reward_members(member)]
+    if isinstance(reward, ComposedReward):
+        return [m for source in reward.sources for m in reward_members(source)]
     return []

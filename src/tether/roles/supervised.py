@@ -21,16 +21,20 @@ class SupervisedModel(TrainedRole):
 
     ``loss(module, rows) -> (loss, stats)``: the mean loss of a micro-batch of row indices (a
     tensor) and float stats; ``weight_of(row)``: the row's share of a batch (its response tokens
-    for SFT, 1 for a pair); ``evaluate() -> dict``: the held-out metrics (None: no held-out data).
+    for SFT, 1 for a pair); ``evaluate() -> dict``: the held-out metrics (None: no held-out data);
+    ``before_step(rows)``: called with each batch's rows before its micro-batches, for what the loss
+    needs of the whole batch (KTO's reference point).
     """
 
     def __init__(self, engine, loss: Callable, evaluate: Callable[[], dict] | None = None,
-                 weight_of: Callable[[int], float] = lambda row: 1.0, name: str = "loss"):
+                 weight_of: Callable[[int], float] = lambda row: 1.0, name: str = "loss",
+                 before_step: Callable[[list[int]], None] | None = None):
         self.engine = engine
         self.loss = loss
         self._evaluate = evaluate
         self.weight_of = weight_of
         self.name = name
+        self.before_step = before_step
 
     def update(self, rows: list[int], micro: int | list[list[int]], step: int) -> dict:
         """One optimiser step on the batch ``rows`` (training row indices), in micro-batches
@@ -46,6 +50,8 @@ class SupervisedModel(TrainedRole):
             chunks = [list(chunk) for chunk in micro]
             if sorted(r for chunk in chunks for r in chunk) != sorted(rows):
                 raise ValueError(f"micro-batches {chunks} do not hold the batch's rows {rows} once each")
+        if self.before_step is not None:
+            self.before_step(rows)
         return self.engine.train_step(chunks, self.loss, lambda chunk: sum(self.weight_of(r) for r in chunk),
                                       self.name, step)
 

@@ -10,6 +10,7 @@ import yaml
 
 from tether.config import (
     DPOConfig,
+    KTOConfig,
     ORPOConfig,
     PPOConfig,
     RewardModelConfig,
@@ -28,7 +29,7 @@ from tether.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "configs" / "demo"
 REFERENCE_PPO = ROOT / "configs" / "reference" / "ppo.yaml"
-STAGES = [SFTConfig, RewardModelConfig, PPOConfig, DPOConfig, SimPOConfig, ORPOConfig]
+STAGES = [SFTConfig, RewardModelConfig, PPOConfig, DPOConfig, SimPOConfig, ORPOConfig, KTOConfig]
 
 SFT_MIN = ["model.name_or_path=m", "data.train=t.jsonl"]
 PPO_MIN = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]
@@ -312,7 +313,7 @@ def _flatten(d, prefix=""):
 # -- shipped presets ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "name, cls", [("sft", SFTConfig), ("rm", RewardModelConfig), ("ppo", PPOConfig), ("dpo", DPOConfig),
-                  ("simpo", SimPOConfig), ("orpo", ORPOConfig)]
+                  ("simpo", SimPOConfig), ("orpo", ORPOConfig), ("kto", KTOConfig)]
 )
 def test_demo_presets_load(name, cls):
     cfg = load_config(cls, DEMO / f"{name}.yaml")

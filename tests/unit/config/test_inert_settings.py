@@ -22,6 +22,12 @@ def dpo(*overrides):
     return load_config(DPOConfig, None, [*DPO_MIN, *overrides])
 
 
+def kto(*overrides):
+    from tether.config import KTOConfig
+
+    return load_config(KTOConfig, None, [*DPO_MIN, *overrides])
+
+
 # (stage, overrides, what the error names): each setting does nothing under the other setting(s).
 INERT = [
     (ppo, ["algorithm=grpo", "critic.lora.r=4"], ["'critic.lora.r' = 4", "algorithm=grpo", "trains no critic"]),
@@ -55,6 +61,8 @@ INERT = [
     (sft, ["data.eval_size=0", "eval_every=10"], ["'eval_every'", "no held-out data"]),
     (sft, ["data.eval_split=validation"], ["'data.eval_split'", "no data.eval"]),
     (dpo, ["dpo.loss=ipo", "dpo.label_smoothing=0.1"], ["'dpo.label_smoothing' = 0.1", "dpo.loss='ipo'"]),
+    (kto, ["data.eval=e.jsonl", "data.eval_size=10"], ["'data.eval_size'", "data.eval given"]),
+    (kto, ["lora.alpha=8"], ["'lora.alpha'", "LoRA is off"]),
 ]
 
 
@@ -80,6 +88,7 @@ def test_a_setting_that_would_do_nothing_is_refused(stage, overrides, needles):
     (sft, ["run.save_every=2", "run.keep_checkpoints=5"]),
     (sft, ["lora.r=4", "lora.modules_to_save=[embed_tokens]"]),
     (dpo, ["dpo.label_smoothing=0.1"]),
+    (kto, ["lora.r=4", "lora.alpha=8", "kto.desirable_weight=1.33"]),
 ])
 def test_those_settings_where_they_apply(stage, overrides):
     stage(*overrides)

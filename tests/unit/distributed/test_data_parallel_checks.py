@@ -141,3 +141,17 @@ def test_fault_point_without_rank_defaults_to_rank_zero(monkeypatch, counts):
     monkeypatch.setenv("TETHER_FAULT", "step:5")
     runs.fault_point("step")
     assert counts == {"step": 1}
+
+
+def test_online_dpo_needs_whole_groups_on_every_rank(world):
+    name = "online_" + "dpo"  # the registry spells the names
+
+    def cfg(group: int):
+        return load_config(PPOConfig, None, ["model.name_or_path=/nonexistent/base_model", f"algorithm={name}",
+                                             "prompts=/nonexistent/ppo_prompts.jsonl", "reward.callable=m:f",
+                                             f"group.size={group}", "rollout.batch_size=8", "ppo.minibatch_size=4"])
+
+    check_data_parallel(cfg(2), name)
+    with pytest.raises(ConfigError, match=r"each rank's share of a micro-batch .* 4 / 2\) must hold whole groups of "
+                                          r"group.size = 4"):
+        check_data_parallel(cfg(4), name)

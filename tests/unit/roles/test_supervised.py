@@ -33,6 +33,13 @@ def test_update_takes_the_micro_batches_it_is_given():
     assert engine.calls == [([[4], [1, 3], [5]], [4.0, 4.0, 5.0], "sft loss", 2)]
 
 
+def test_before_step_sees_the_whole_batch_before_its_micro_batches():
+    engine, seen = RecordingEngine(), []
+    role = SupervisedModel(engine, loss=None, before_step=lambda rows: seen.append((list(rows), len(engine.calls))))
+    role.update([3, 1, 4], 1, 1)
+    assert seen == [([3, 1, 4], 0)] and len(engine.calls) == 1  # called once, before the engine's step
+
+
 def test_micro_batches_that_are_not_the_batch_are_refused():
     role = SupervisedModel(RecordingEngine(), loss=None)
     with pytest.raises(ValueError, match="do not hold the batch's rows"):

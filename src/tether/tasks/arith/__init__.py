@@ -1,8 +1,8 @@
 """The embedded demo task: single-digit arithmetic chat with a biased annotator.
 
 Modules: :mod:`.world` (prompts, parsing, response samplers), :mod:`.judge`
-(hidden gold judge, biased annotator utility), :mod:`.tokenizer` (word-level
-tokenizer), :mod:`.model` (tiny random-init Llama), :mod:`.build`
+(hidden gold judge, biased annotator utility), :mod:`.verify` (a verifiable answer
+reward), :mod:`.tokenizer` (word-level tokenizer), :mod:`.model` (tiny random-init Llama), :mod:`.build`
 (:func:`build_task` writes everything the pipeline consumes).
 
 ``build_task``, ``build_tokenizer`` and ``build_base_model`` are imported lazily

@@ -1,0 +1,120 @@
+"""Online DPO (Guo et al. 2024, "Direct Language Model Alignment from Online AI Feedback";
+iterative DPO as in Xiong et al. 2024): every iteration samples k responses per prompt from the
+current policy, the reward source ranks them, and the best and the worst make a DPO pair
+(:func:`~tether.algos.selection.best_worst_pairs`) trained with DPO's loss against the frozen
+reference, β = ``kl.coef`` (DPO's β is the KL coefficient of the objective it solves; an
+adaptive ``kl.controller`` moves it towards ``kl.target``). No critic, no advantages: the
+reward only orders a prompt's samples, so its scale does not matter.
+
+The loss needs both responses of a pair in one micro-batch: the registry entry's
+``whole_groups`` makes the update shuffle whole groups, and :meth:`PairedDPOLoss.__call__`
+checks that every micro-batch (every rank's share under data parallel) holds whole groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from tether.algos import kl_k2
+from tether.algos.dpo import log_ratio_gap
+from tether.algos.group import importance_ratio
+from tether.algos.masked import zero_padding
+from tether.algos.selection import CHOSEN, REJECTED, best_worst_pairs
+from tether.errors import TrainingError
+from tether.types import Experience, Rollout
+
+
+@dataclass
+class PairedExperience(Experience):
+    """An :class:`Experience` whose rows are paired within their prompt's group.
+
+    ``pair_sign``: (B,) long, +1 chosen, −1 rejected, 0 in no pair. ``group_id``: (B,) long, the
+    prompt group each row belongs to (rows of one group are consecutive)."""
+
+    pair_sign: Tensor | None = None
+    group_id: Tensor | None = None
+
+
+def pair_sums(logp: Tensor, ref_logp: Tensor, mask: Tensor, sign: Tensor, group_size: int) -> tuple[Tensor, ...]:
+    """(B, A) log-probs of the policy and the reference, (B, A) response mask, (B,) pair signs ->
+    (G,) summed response log-probs of each group's chosen and rejected response (policy chosen,
+    policy rejected, reference chosen, reference rejected) and (G,) whether the group has a pair."""
+    m = mask.bool()
+    seq = zero_padding(logp, m).sum(1).reshape(-1, group_size)
+    ref = zero_padding(ref_logp, m).sum(1).reshape(-1, group_size)
+    s = sign.reshape(-1, group_size)
+    chosen, rejected = (s == CHOSEN).to(seq.dtype), (s == REJECTED).to(seq.dtype)
+    return ((seq * chosen).sum(1), (seq * rejected).sum(1), (ref * chosen).sum(1), (ref * rejected).sum(1),
+            (s == CHOSEN).any(dim=1))
+
+
+@dataclass(frozen=True)
+class PairedDPOLoss:
+    """The mean of −log σ(β·h) over the micro-batch's pairs, h the DPO log-ratio gap
+    (:func:`~tether.algos.dpo.log_ratio_gap`); micro-batches weigh by their pairs."""
+
+    beta: float
+    group_size: int
+    needs_entropy = False
+
+    def micro_weight(self, mb: PairedExperience) -> float:
+        return float((mb.pair_sign == CHOSEN).sum())
+
+    def __call__(self, out, mb: PairedExperience) -> tuple[Tensor, dict]:
+        logp, mask = out.logprobs, mb.rollout.response_mask.to(out.logprobs.device)
+        groups = mb.group_id.reshape(-1, self.group_size) if len(mb.group_id) % self.group_size == 0 else None
+        if groups is None or bool((groups != groups[:, :1]).any()):
+            raise TrainingError(
+                f"Online DPO got a micro-batch of {len(mb.group_id)} rows that splits a prompt's group of "
+                f"{self.group_size}: each rank's share of a micro-batch (ppo.minibatch_size / ppo.grad_accum_steps, "
+                "divided over the data-parallel ranks) must be a multiple of group.size.")
+        pc, pr, rc, rr, has_pair = pair_sums(logp, mb.ref_logprobs, mask, mb.pair_sign.to(logp.device),
+                                             self.group_size)
+        h = log_ratio_gap(pc.float(), pr.float(), rc.float(), rr.float())
+        per_pair = -F.logsigmoid(self.beta * h)
+        pairs = int(has_pair.sum())
+        loss = (per_pair * has_pair).sum() / max(pairs, 1)  # no pair here: a zero loss with a graph (DDP)
+        with torch.no_grad():
+            m = mask.bool()
+            ratio = importance_ratio(logp.detach(), mb.logprobs, m)
+            valid = h.detach()[has_pair]
+            stats = {
+                "check/ratio_deviation": float(torch.where(m, ratio - 1, torch.zeros_like(ratio)).abs().max()),
+                "ppo/policy/loss": float(loss.detach()),
+                "ppo/policy/approxkl": float(zero_padding(kl_k2(logp.detach(), mb.logprobs), m).sum() / m.sum()),
+                "ppo/policy/ratio_mean": float(zero_padding(ratio, m).sum() / m.sum()),
+                "pairs/accuracy": float((valid > 0).float().mean()) if pairs else 0.0,
+                "pairs/margin": float(self.beta * valid.mean()) if pairs else 0.0,
+            }
+        return loss, stats
+
+
+class OnlineDPO:
+    whole_groups = True  # the update keeps a prompt's responses together (the registry entry's flag)
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.samples_per_prompt = cfg.samples_per_prompt
+
+    def experience(self, rollout: Rollout, logprobs, ref_logprobs, values, scores, kl_coef: float):
+        g = self.samples_per_prompt
+        sign = best_worst_pairs(scores, g).to(logprobs.device)
+        group_id = torch.arange(len(scores), device=logprobs.device) // g
+        zeros = torch.zeros_like(logprobs)
+        s = scores.float().reshape(-1, g)
+        paired = s.max(dim=1).values > s.min(dim=1).values
+        gap = (s.max(dim=1).values - s.min(dim=1).values)[paired]
+        stats = {"pairs/fraction": float(paired.float().mean()),
+                 "pairs/score_gap": float(gap.mean()) if len(gap) else 0.0}
+        return PairedExperience(rollout, logprobs, ref_logprobs, None, scores, zeros, zeros, zeros,
+                                pair_sign=sign, group_id=group_id), stats
+
+    def actor_loss(self, kl_coef: float) -> PairedDPOLoss:
+        return PairedDPOLoss(beta=kl_coef, group_size=self.samples_per_prompt)
+
+    def critic_loss(self):
+        return None

@@ -1,0 +1,84 @@
+"""One term of a composed reward (``reward.terms``): a named, weighted reward source.
+
+The RL stages' score is then sum_i weight_i * term_i; each term's raw score is logged as
+``reward/<name>``. A term is exactly one source: reward models, a python callable, a reward
+server, or a built-in (a length penalty, a regular expression).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from tether.config.base import option
+from tether.errors import ConfigError
+
+#: A term's name is part of a metric name (``reward/<name>``): a plain identifier.
+TERM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The keys that make a term's source, in the order errors name them.
+TERM_KINDS = ("models", "callable", "url", "length_penalty", "regex")
+
+
+@dataclass(frozen=True)
+class RewardTermConfig:
+    """A named, weighted reward source inside ``reward.terms``."""
+
+    name: str = option("", "Required: the term's name, an identifier (letters, digits, _), unique among the "
+                           "terms; its raw score is logged as reward/<name>.")
+    weight: float = option(1.0, "The term's weight in the score sum_i weight_i * term_i (0 = logged only).")
+    models: list[str] = option(
+        factory=list, help="Reward model checkpoints, loaded as reward.models; several make an ensemble.", path=True
+    )
+    combine: Literal["mean", "min", "mean_minus_std"] = option(
+        "mean", "How this term's ensemble combines (two or more models).")
+    std_coef: float = option(1.0, "k in mean - k*std for combine=mean_minus_std.", ge=0)
+    callable: str | None = option(None, "A python reward `module:function(prompts, responses) -> list[float]`.")
+    url: str | None = option(None, "A reward server's URL (`tether serve --reward-model ...`), scored via POST "
+                                   "/v1/rewards.")
+    api_key: str | None = option(None, "API key for this term's url; saved in config.yaml, so prefer null and the "
+                                        "TETHER_API_KEY variable.")
+    length_penalty: float | None = option(
+        None, "Built-in: score = -length_penalty * max(0, response tokens - length_target), the response's tokens "
+              "counted as PPO's response mask counts them (EOS included).", ge=0)
+    length_target: int = option(0, "Response tokens free of the length penalty.", ge=0)
+    regex: str | None = option(None, "Built-in: a Python regular expression; score 1.0 when re.search finds it in "
+                                     "the response text, else 0.0.")
+
+    def kinds(self) -> list[str]:
+        """The source keys this term sets (exactly one in a valid term)."""
+        set_ = {"models": bool(self.models), "callable": bool(self.callable), "url": bool(self.url),
+                "length_penalty": self.length_penalty is not None, "regex": self.regex is not None}
+        return [kind for kind in TERM_KINDS if set_[kind]]
+
+    def check(self, key: str) -> None:
+        """Errors name ``key`` (``reward.terms[i]``): the name, one source, no inert setting, a valid regex."""
+        if not TERM_NAME.fullmatch(self.name):
+            raise ConfigError(f"Config key '{key}.name' = {self.name!r}: every term needs a name made of letters, "
+                              "digits and _ (not starting with a digit); it names the term's metric reward/<name>.")
+        kinds = self.kinds()
+        if len(kinds) != 1:
+            got = "sets no reward source" if not kinds else f"sets {' and '.join(repr(k) for k in kinds)}"
+            raise ConfigError(f"Config key '{key}' ({self.name}) {got}: a term is exactly one of "
+                              f"{', '.join(TERM_KINDS)} (one term per source).")
+        inert = []
+        if len(self.models) < 2:
+            inert += [("combine", "with fewer than two models (it combines an ensemble's scores)"),
+                      ("std_coef", "with fewer than two models (it is combine=mean_minus_std's k)")]
+        elif self.combine != "mean_minus_std":
+            inert.append(("std_coef", f"with combine={self.combine} (it is mean_minus_std's k)"))
+        if not self.url:
+            inert.append(("api_key", "with no url (it is the reward server's key)"))
+        if self.length_penalty is None:
+            inert.append(("length_target", "with no length_penalty"))
+        defaults = {f.name: f.default for f in fields(self)}
+        for leaf, why in inert:
+            if getattr(self, leaf) != defaults[leaf]:
+                raise ConfigError(f"Config key '{key}.{leaf}' = {getattr(self, leaf)!r} is set {why}, so it would "
+                                  f"have no effect; drop it (default {defaults[leaf]!r}).")
+        if self.regex is not None:
+            try:
+                re.compile(self.regex)
+            except re.error as err:
+                raise ConfigError(f"Config key '{key}.regex' = {self.regex!r}: not a valid Python regular "
+                                  f"expression ({err}).") from None

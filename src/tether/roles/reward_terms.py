@@ -1,0 +1,62 @@
+"""A composed reward (``reward.terms``) and its built-in terms.
+
+:class:`ComposedReward` holds named, weighted reward sources (any of :mod:`tether.roles.reward`'s,
+a :class:`~tether.roles.remote_reward.RemoteReward`, or a built-in here). ``score_terms`` gives
+every term's raw score, ``score`` their weighted sum; both are split by rows like any
+``score``, so every placement runs them on its share of the rollout.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import Tensor
+
+from tether.algos.reward_terms import combine_terms, length_penalty
+from tether.dispatch import rows
+from tether.roles.reward import RewardSource
+from tether.types import Rollout
+
+
+class LengthPenaltyReward:
+    """``-coef * max(0, response tokens - target)``; tokens as the response mask counts them (EOS included)."""
+
+    def __init__(self, coef: float, target: int):
+        self.coef, self.target = coef, target
+        self.name = f"length_penalty({coef:g}, {target})"
+
+    @rows
+    def score(self, rollout: Rollout) -> Tensor:
+        return length_penalty(rollout.lengths.cpu(), self.coef, self.target)
+
+
+class RegexReward:
+    """1.0 when ``re.search(pattern, response text)`` finds the pattern, else 0.0."""
+
+    def __init__(self, pattern: str):
+        self.pattern = re.compile(pattern)
+        self.name = f"regex {pattern!r}"
+
+    @rows
+    def score(self, rollout: Rollout) -> Tensor:
+        return torch.tensor([float(self.pattern.search(r) is not None) for r in rollout.responses],
+                            dtype=torch.float32)
+
+
+class ComposedReward:
+    """Terms ``(name, weight, source)``: ``score`` = sum_t weight_t * term_t, (B,)."""
+
+    def __init__(self, terms: list[tuple[str, float, RewardSource]]):
+        self.names = [name for name, _, _ in terms]
+        self.weights = [weight for _, weight, _ in terms]
+        self.sources = [source for _, _, source in terms]
+
+    @rows
+    def score_terms(self, rollout: Rollout) -> Tensor:
+        """(B, T) each term's raw (unweighted) score, on the CPU in float32, in the terms' order."""
+        return torch.stack([source.score(rollout).detach().float().cpu() for source in self.sources], dim=1)
+
+    @rows
+    def score(self, rollout: Rollout) -> Tensor:
+        return combine_terms(self.score_terms(rollout), self.weights)

@@ -25,13 +25,13 @@ from tether.distributed.shard import rank_slice
 from tether.engines import TrainingEngine, engine_settings, prepare_models
 from tether.loops.common import batch_indices, data_limit, steps_for
 from tether.loops.reward_model import load_pairs
-from tether.loops.sft import optimizer_spec
+from tether.loops.sft import trained_causal_lm
 from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.loading import load_model_config
 from tether.roles.sources import check_reference_tokenizer
 from tether.roles.policy import policy_forward
-from tether.roles.builder import base_engine, build_trained, resume_adapter, resume_source
+from tether.roles.builder import base_engine
 from tether.roles.supervised import StageRoles, SupervisedModel
 from tether.runs import guarded_run
 from tether.types import Rollout
@@ -175,12 +175,7 @@ def build_dpo_roles(cfg: DPOConfig, checkpoint=None, needed=(), inputs: StageInp
     total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     settings = engine_settings(cfg)
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
-    source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
-    model = load_causal_lm(source, tokenizer, cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, key=key,
-                           attn_implementation=cfg.model.attn_implementation)
-    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
-                           adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
-                           strategy=cfg.distributed.strategy)
+    engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, settings)
     autocast = engine.autocast
     ref_train, ref_eval = reference_table(cfg, engine, tokenizer, settings, train, evals, total_steps)
     beta, kind, smoothing = cfg.dpo.beta, cfg.dpo.loss, cfg.dpo.label_smoothing

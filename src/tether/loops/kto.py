@@ -33,10 +33,8 @@ from tether.engines import engine_settings
 from tether.loops.common import data_limit, notice, steps_for
 from tether.loops.dpo import pair_logprob_table, policy_and_reference, reference_table, response_logprobs
 from tether.loops.kto_data import load_kto_rows, ratio_notice
-from tether.loops.sft import optimizer_spec
+from tether.loops.sft import trained_causal_lm
 from tether.loops.stage import StageBody, StageInputs, run_stage
-from tether.models import load_causal_lm
-from tether.roles.builder import build_trained, resume_adapter, resume_source
 from tether.roles.supervised import StageRoles, SupervisedModel
 from tether.runs import guarded_run
 
@@ -130,12 +128,7 @@ def build_kto_roles(cfg: KTOConfig, checkpoint=None, needed=(), inputs: StageInp
     settings = engine_settings(cfg)
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
     micro = max(1, batch // cfg.optim.grad_accum_steps)
-    source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
-    model = load_causal_lm(source, tokenizer, cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, key=key,
-                           attn_implementation=cfg.model.attn_implementation)
-    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
-                           adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
-                           strategy=cfg.distributed.strategy)
+    engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, settings)
     autocast = engine.autocast
     ref_train, ref_eval = reference_table(cfg, engine, tokenizer, settings, train, evals, total_steps, kto_logprobs)
     k = cfg.kto

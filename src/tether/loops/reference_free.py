@@ -23,11 +23,10 @@ from tether.config import ORPOConfig, SimPOConfig
 from tether.loops.common import data_limit, steps_for
 from tether.loops.dpo import pair_logprob_table, pair_logprobs
 from tether.loops.reward_model import load_pairs
-from tether.loops.sft import optimizer_spec
+from tether.loops.sft import trained_causal_lm
 from tether.loops.stage import StageBody, StageInputs, run_stage
-from tether.models import load_causal_lm, load_tokenizer
+from tether.models import load_tokenizer
 from tether.models.loading import load_model_config
-from tether.roles.builder import build_trained, resume_adapter, resume_source
 from tether.roles.supervised import StageRoles, SupervisedModel
 from tether.engines import engine_settings
 from tether.runs import guarded_run
@@ -102,12 +101,7 @@ def build_pair_roles(cfg, objective: Objective, name: str, checkpoint=None, inpu
     train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
     total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
-    source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
-    model = load_causal_lm(source, tokenizer, cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code, key=key,
-                           attn_implementation=cfg.model.attn_implementation)
-    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), engine_settings(cfg), lora=cfg.lora,
-                           adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
-                           strategy=cfg.distributed.strategy)
+    engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, engine_settings(cfg))
     autocast = engine.autocast
 
     def loss(module, items):

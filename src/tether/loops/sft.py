@@ -136,12 +136,7 @@ def build_sft_roles(cfg: SFTConfig, checkpoint=None, needed=(), inputs: StageInp
     train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
     total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     settings = engine_settings(cfg)
-    source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
-    model = load_causal_lm(source, tokenizer, cfg.model.dtype, cfg.keep_dropout, cfg.model.trust_remote_code, key=key,
-                           attn_implementation=cfg.model.attn_implementation)
-    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
-                           adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
-                           strategy=cfg.distributed.strategy)
+    engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, settings, cfg.keep_dropout)
     pad, autocast = tokenizer.pad_token_id, engine.autocast
 
     def loss(module, rows):
@@ -174,3 +169,15 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
 def optimizer_spec(opt, total_steps: int) -> OptimizerSpec:
     """AdamW and its schedule from an ``optim:`` block (SFT and the reward model)."""
     return OptimizerSpec.from_block(opt, total_steps)
+
+
+def trained_causal_lm(cfg, tokenizer, checkpoint, total_steps: int, settings, keep_dropout: bool = False):
+    """A supervised stage's trained policy: its checkpoint (or, resuming under LoRA, the base with
+    the checkpoint's adapters), through the trained-model builder with the stage's optimiser,
+    LoRA, gradient checkpointing and data-parallel strategy."""
+    source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
+    model = load_causal_lm(source, tokenizer, cfg.model.dtype, keep_dropout, cfg.model.trust_remote_code, key=key,
+                           attn_implementation=cfg.model.attn_implementation)
+    return build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
+                         adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
+                         strategy=cfg.distributed.strategy)

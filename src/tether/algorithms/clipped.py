@@ -85,6 +85,20 @@ class ClippedPolicyLoss:
         return loss, stats
 
 
+def rollout_ratio_stats(logp: Tensor, old_logp: Tensor, mask: Tensor) -> dict:
+    """How far the policy moved from the one that sampled, token means over the (B, A) response
+    mask: the first-minibatch check's largest |π/π_old − 1| (``check/``), the approximate KL
+    ½(log π − log π_old)² and the mean ratio. For losses without a clipped ratio (online DPO,
+    rejection sampling); no gradient."""
+    with torch.no_grad():
+        m = mask.bool()
+        ratio = importance_ratio(logp.detach(), old_logp, m)
+        tokens = m.sum().clamp(min=1)
+        return {"check/ratio_deviation": float(torch.where(m, ratio - 1, torch.zeros_like(ratio)).abs().max()),
+                "ppo/policy/approxkl": float(zero_padding(kl_k2(logp.detach(), old_logp), m).sum() / tokens),
+                "ppo/policy/ratio_mean": float(zero_padding(ratio, m).sum() / tokens)}
+
+
 def clipped_loss(cfg, kl_coef: float) -> ClippedPolicyLoss:
     """The shared actor loss from ``policy_loss.*`` (clips default to ``ppo.clip``)."""
     pl = cfg.policy_loss

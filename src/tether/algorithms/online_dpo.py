@@ -19,9 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tether.algos import kl_k2
+from tether.algorithms.clipped import rollout_ratio_stats
 from tether.algos.dpo import log_ratio_gap
-from tether.algos.group import importance_ratio
 from tether.algos.masked import zero_padding
 from tether.algos.selection import CHOSEN, REJECTED, best_worst_pairs
 from tether.errors import TrainingError
@@ -78,24 +77,13 @@ class PairedDPOLoss:
         per_pair = -F.logsigmoid(self.beta * h)
         pairs = int(has_pair.sum())
         loss = (per_pair * has_pair).sum() / max(pairs, 1)  # no pair here: a zero loss with a graph (DDP)
-        with torch.no_grad():
-            m = mask.bool()
-            ratio = importance_ratio(logp.detach(), mb.logprobs, m)
-            valid = h.detach()[has_pair]
-            stats = {
-                "check/ratio_deviation": float(torch.where(m, ratio - 1, torch.zeros_like(ratio)).abs().max()),
-                "ppo/policy/loss": float(loss.detach()),
-                "ppo/policy/approxkl": float(zero_padding(kl_k2(logp.detach(), mb.logprobs), m).sum() / m.sum()),
-                "ppo/policy/ratio_mean": float(zero_padding(ratio, m).sum() / m.sum()),
-                "pairs/accuracy": float((valid > 0).float().mean()) if pairs else 0.0,
-                "pairs/margin": float(self.beta * valid.mean()) if pairs else 0.0,
-            }
-        return loss, stats
+        valid = h.detach()[has_pair]
+        return loss, {**rollout_ratio_stats(logp, mb.logprobs, mask), "ppo/policy/loss": float(loss.detach()),
+                      "pairs/accuracy": float((valid > 0).float().mean()) if pairs else 0.0,
+                      "pairs/margin": float(self.beta * valid.mean()) if pairs else 0.0}
 
 
 class OnlineDPO:
-    whole_groups = True  # the update keeps a prompt's responses together (the registry entry's flag)
-
     def __init__(self, cfg):
         self.cfg = cfg
         self.samples_per_prompt = cfg.samples_per_prompt
@@ -106,7 +94,7 @@ class OnlineDPO:
         group_id = torch.arange(len(scores), device=logprobs.device) // g
         zeros = torch.zeros_like(logprobs)
         s = scores.float().reshape(-1, g)
-        paired = s.max(dim=1).values > s.min(dim=1).values
+        paired = (sign.reshape(-1, g) == CHOSEN).any(dim=1).to(s.device)
         gap = (s.max(dim=1).values - s.min(dim=1).values)[paired]
         stats = {"pairs/fraction": float(paired.float().mean()),
                  "pairs/score_gap": float(gap.mean()) if len(gap) else 0.0}

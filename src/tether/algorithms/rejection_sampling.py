@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
-from tether.algorithms.clipped import CriticFree
-from tether.algos import kl_estimate, kl_k2
-from tether.algos.group import importance_ratio, sequence_kl_penalty
+from tether.algorithms.clipped import CriticFree, rollout_ratio_stats
+from tether.algos import kl_estimate
+from tether.algos.group import sequence_kl_penalty
 from tether.algos.masked import zero_padding
 from tether.algos.selection import best_of_group
 from tether.types import Experience, Rollout
@@ -55,15 +54,8 @@ class WinnerNLLLoss:
             kl_term = (zero_padding(kl, w)).sum() / winners.sum().clamp(min=1)
             loss = loss + self.kl_coef * kl_term
             stats["ppo/policy/kl_loss"] = float(kl_term.detach())
-        with torch.no_grad():
-            m = mb.rollout.response_mask.to(logp.device).bool()
-            ratio = importance_ratio(logp.detach(), mb.logprobs, m)
-            stats.update({
-                "check/ratio_deviation": float(torch.where(m, ratio - 1, torch.zeros_like(ratio)).abs().max()),
-                "ppo/policy/loss": float(nll.detach()),
-                "ppo/policy/approxkl": float(zero_padding(kl_k2(logp.detach(), mb.logprobs), m).sum() / m.sum()),
-                "ppo/policy/ratio_mean": float(zero_padding(ratio, m).sum() / m.sum()),
-            })
+        stats.update(rollout_ratio_stats(logp, mb.logprobs, mb.rollout.response_mask.to(logp.device)))
+        stats["ppo/policy/loss"] = float(nll.detach())
         return loss, stats
 
 

@@ -160,12 +160,12 @@ class PolicyLossConfig:
     aggregation: Literal["token_mean", "sequence_mean", "fixed_normalizer"] | None = option(
         None, "How per-token losses become one: token_mean (DAPO: every token alike), sequence_mean "
               "(GRPO paper: every response alike), fixed_normalizer (Dr. GRPO: sum / (responses x "
-              "rollout.max_new_tokens)). null = the algorithm's default (rloo: sequence_mean, else token_mean).")
+              "rollout.max_new_tokens)). null = the algorithm's own default (its registry entry's; docs/algorithms.md).")
     ratio_level: Literal["token", "sequence", "sequence_product"] | None = option(
         None, "The importance ratio pi/pi_old that is clipped: token (one per token, PPO and GRPO), sequence "
               "(one per response, the geometric mean of its token ratios: GSPO), sequence_product (one per "
               "response, pi(y)/pi_old(y): the RLOO paper's and TRL's RLOOTrainer). A response's ratio is clipped "
-              "as one. null = the algorithm's default (rloo: sequence_product, else token).")
+              "as one. null = the algorithm's own default (its registry entry's; docs/algorithms.md).")
 
     def resolved(self, algorithm: str) -> "PolicyLossConfig":
         """This block with each null key set to ``algorithm``'s default (its registry entry's

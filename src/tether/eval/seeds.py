@@ -63,14 +63,25 @@ def _stats(reports: Sequence[Mapping | None], keys: Sequence[str]) -> dict:
     return {k: over_seeds([None if r is None else r.get(k) for r in reports]) for k in present}
 
 
+def gold_gain(reports: Sequence[Mapping | None], datas: Sequence[Mapping]) -> dict:
+    """:func:`over_seeds` of each seed's gold minus that seed's SFT gold: the seed also sets the
+    evaluation's sampling, so a policy is best compared with the SFT measured beside it."""
+    gains = []
+    for report, data in zip(reports, datas, strict=True):
+        gold, sft = (report or {}).get("gold_score"), data.get("sft", {}).get("gold_score")
+        gains.append(gold - sft if _finite(gold) and _finite(sft) else None)
+    return over_seeds(gains)
+
+
 def aggregate_compare(per_seed: Mapping[int, Mapping]) -> dict:
     """The aggregate compare.json of single-seed compare.json dicts (``per_seed``: seed -> its data).
 
     ``{"seeds", "samples_per_policy", "sft", "methods", "best_of_n", "rm"}``: ``sft`` and
     each of ``methods`` (label -> report, in the first seed's order) map every key of
     :data:`SFT_KEYS` / :data:`METHOD_KEYS` they have to :func:`over_seeds`; ``best_of_n`` rows keep
-    ``n`` and ``kl_analytic`` (the same in every seed) and aggregate gold and proxy; ``rm`` is the
-    first seed's (one reward model serves every seed).
+    ``n`` and ``kl_analytic`` (the same in every seed) and aggregate gold and proxy; methods and
+    best-of-N rows also get ``gold_gain`` (:func:`gold_gain`); ``rm`` is the first seed's (one
+    reward model serves every seed).
     """
     if not per_seed:
         raise ValueError("aggregate_compare needs at least one seed's compare.json")
@@ -79,14 +90,18 @@ def aggregate_compare(per_seed: Mapping[int, Mapping]) -> dict:
     labels: list[str] = []
     for data in datas:
         labels += [label for label in data.get("methods", {}) if label not in labels]
-    methods = {label: _stats([d.get("methods", {}).get(label) for d in datas], METHOD_KEYS) for label in labels}
+    methods = {}
+    for label in labels:
+        reports = [d.get("methods", {}).get(label) for d in datas]
+        methods[label] = {**_stats(reports, METHOD_KEYS), "gold_gain": gold_gain(reports, datas)}
     best_of_n = []
     for row in datas[0].get("best_of_n", []):
         rows = [next((r for r in d.get("best_of_n", []) if r.get("n") == row["n"]), None) for d in datas]
-        best_of_n.append({"n": row["n"], "kl_analytic": row.get("kl_analytic"), **_stats(rows, BEST_OF_N_KEYS)})
+        best_of_n.append({"n": row["n"], "kl_analytic": row.get("kl_analytic"), **_stats(rows, BEST_OF_N_KEYS),
+                          "gold_gain": gold_gain(rows, datas)})
     return {"seeds": seeds, "samples_per_policy": datas[0].get("samples_per_policy"),
             "sft": _stats([d.get("sft") for d in datas], SFT_KEYS), "methods": methods, "best_of_n": best_of_n,
             "rm": datas[0].get("rm", {})}
 
 
-__all__ = ["T975", "aggregate_compare", "mean_sd_ci", "over_seeds", "t975"]
+__all__ = ["T975", "aggregate_compare", "gold_gain", "mean_sd_ci", "over_seeds", "t975"]

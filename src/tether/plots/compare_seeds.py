@@ -90,23 +90,30 @@ def _ci(stat, fmt: str = "{:+.3f}") -> str:
 
 
 def compare_seeds_table(data: dict) -> str:
-    """The table over seeds (markdown): mean ± sd and the 95% interval of gold, proxy and KL; win
-    rate, wall time and peak RSS as mean ± sd; the seeds and how the numbers were computed."""
-    rows = ["| method | n | gold: mean ± sd | gold: 95% CI | proxy: mean ± sd | proxy: 95% CI | KL: mean ± sd | "
-            "KL: 95% CI | win rate vs SFT (gold) | wall time | peak RSS |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    """The table over seeds (markdown): mean ± sd and the 95% interval of gold, of gold gained over
+    each seed's SFT, of proxy and of KL; win rate, wall time and peak RSS as mean ± sd; the seeds
+    and how the numbers were computed."""
+    rows = ["| method | n | gold: mean ± sd | gold: 95% CI | gold − SFT: mean ± sd | gold − SFT: 95% CI | "
+            "proxy: mean ± sd | proxy: 95% CI | KL: mean ± sd | KL: 95% CI | win rate vs SFT (gold) | wall time | "
+            "peak RSS |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     sft = data.get("sft", {})
     g, p = sft.get("gold_score", {}), sft.get("proxy_score", {})
-    rows.append(f"| SFT | {g.get('n', '—')} | {_mean_sd(g)} | {_ci(g)} | {_mean_sd(p)} | {_ci(p)} | 0 | — | — | — | — |")
+    rows.append(f"| SFT | {g.get('n', '—')} | {_mean_sd(g)} | {_ci(g)} | 0 | — | {_mean_sd(p)} | {_ci(p)} | 0 | — | — | — | — |")
     for method, r in data.get("methods", {}).items():
         g, p, kl = r.get("gold_score", {}), r.get("proxy_score", {}), r.get("kl", {})
-        rows.append(f"| {method_name(method)} | {g.get('n', '—')} | {_mean_sd(g)} | {_ci(g)} | {_mean_sd(p)} | {_ci(p)} | "
+        gain = r.get("gold_gain", {})
+        rows.append(f"| {method_name(method)} | {g.get('n', '—')} | {_mean_sd(g)} | {_ci(g)} | {_mean_sd(gain)} | {_ci(gain)} | "
+                    f"{_mean_sd(p)} | {_ci(p)} | "
                     f"{_mean_sd(kl, '{:.2f}')} | {_ci(kl, '{:.2f}')} | {_mean_sd(r.get('win_rate_gold'), '{:.3f}')} | "
                     f"{_mean_sd(r.get('time_s'), '{:.0f}', ' s')} | {_mean_sd(r.get('peak_rss_mb'), '{:.0f}', ' MB')} |")
     for b in data.get("best_of_n", []):
         g, p = b.get("gold_score", {}), b.get("proxy_score", {})
         kl = "—" if _num(b.get("kl_analytic")) is None else f"{b['kl_analytic']:.2f} (analytic)"
-        rows.append(f"| best-of-{b['n']} of SFT | {g.get('n', '—')} | {_mean_sd(g)} | {_ci(g)} | {_mean_sd(p)} | {_ci(p)} | "
+        gain = b.get("gold_gain", {})
+        rows.append(f"| best-of-{b['n']} of SFT | {g.get('n', '—')} | {_mean_sd(g)} | {_ci(g)} | {_mean_sd(gain)} | "
+                    f"{_ci(gain)} | "
+                    f"{_mean_sd(p)} | {_ci(p)} | "
                     f"{kl} | — | — | — | — |")
     seeds = data.get("seeds", [])
     lines = ["\n".join(rows),

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tether.eval.seeds import T975, aggregate_compare, mean_sd_ci, over_seeds, t975
+from tether.eval.seeds import T975, aggregate_compare, gold_gain, mean_sd_ci, over_seeds, t975
 
 
 def test_mean_sd_ci_by_hand() -> None:
@@ -102,3 +102,15 @@ def test_aggregate_with_a_method_missing_from_one_seed() -> None:
     assert data["methods"]["dpo"]["gold_score"]["n"] == 1 and data["methods"]["dpo"]["gold_score"]["sd"] is None
     with pytest.raises(ValueError, match="at least one seed"):
         aggregate_compare({})
+
+
+def test_gold_gain_is_each_seeds_gold_minus_that_seeds_sft():
+    # Seeds measure SFT at -0.4 and -0.2: a policy at +0.1 and +0.3 gains +0.5 both times (sd 0).
+    datas = [{"sft": {"gold_score": -0.4}}, {"sft": {"gold_score": -0.2}}]
+    gain = gold_gain([{"gold_score": 0.1}, {"gold_score": 0.3}], datas)
+    assert gain["values"] == pytest.approx([0.5, 0.5]) and gain["sd"] == pytest.approx(0.0)
+    missing = gold_gain([None, {"gold_score": 0.3}], datas)
+    assert missing["values"][0] is None and missing["n"] == 1 and missing["mean"] == pytest.approx(0.5)
+    data = aggregate_compare({0: {**datas[0], "methods": {"x": {"gold_score": 0.1}}},
+                              1: {**datas[1], "methods": {"x": {"gold_score": 0.3}}}})
+    assert data["methods"]["x"]["gold_gain"]["mean"] == pytest.approx(0.5)

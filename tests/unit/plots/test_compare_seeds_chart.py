@@ -28,6 +28,8 @@ def test_the_table_has_mean_sd_and_the_interval() -> None:
     table = compare_seeds_table(aggregate())
     # GRPO gold: mean 0.2, sd 0.1, 95% CI 0.2 ± 4.302653 * 0.1 / sqrt(3) = [-0.048, +0.448]
     assert "| GRPO | 3 | +0.200 ± 0.100 | [-0.048, +0.448] |" in table
+    # Gained over each seed's SFT (-0.37): mean 0.57, sd 0.1, 95% CI [0.322, 0.818]
+    assert "| [-0.048, +0.448] | +0.570 ± 0.100 | [+0.322, +0.818] |" in table
     assert "| 1.30 ± 0.10 | [1.05, 1.55] |" in table  # KL: mean 1.3, sd 0.1
     assert "| 0.670 ± 0.000 | 93 ± 1 s | 607 ± 0 MB |" in table  # wall time 92, 94, 93 s
     assert "| SFT | 3 | -0.370 ± 0.000 | [-0.370, -0.370] |" in table

@@ -17,9 +17,9 @@ Variants:
     ablation:NAME   one default switched off (--ablation-sizes, default small; --ablation-repeat
                     runs each)
 
-    python benchmarks/bench_table.py --out /tmp/bench --repeat 3 --ablations \\
+    python benchmarks/bench_table.py --out runs/bench --repeat 3 --ablations \\
         --trl-python /work/trl-venv/bin/python
-    python benchmarks/bench_table.py --out /tmp/bench --table-only   # re-print from the JSON files
+    python benchmarks/bench_table.py --out runs/bench --table-only   # re-print from the JSON files
 """
 
 from __future__ import annotations

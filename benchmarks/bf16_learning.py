@@ -10,8 +10,8 @@ variant, PPO seconds. Variants (``--precisions``, a flag that also takes non-pre
     bf16          run.precision=bf16
     shared_trunk  critic.shared_trunk=true (a different model: value head on the actor)
 
-    python benchmarks/bf16_learning.py --demo runs/demo --out /tmp/bf16 --seeds 0 1 --iterations 100
-    python benchmarks/bf16_learning.py --demo runs/demo --out /tmp/st --precisions none shared_trunk
+    python benchmarks/bf16_learning.py --demo runs/demo --out runs/bf16 --seeds 0 1 --iterations 100
+    python benchmarks/bf16_learning.py --demo runs/demo --out runs/st --precisions none shared_trunk
 """
 
 from __future__ import annotations

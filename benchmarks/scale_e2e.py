@@ -9,7 +9,7 @@ stage's ``metrics.jsonl``; tokens per second are the stages' own ``perf/`` metri
 tokens the steps put through the model, padding not counted; RL: generated tokens per second of
 the rollout).
 
-    python benchmarks/scale_e2e.py --work /tmp/scale --out benchmarks/results/scale/qwen2.5-0.5b.json
+    python benchmarks/scale_e2e.py --work runs/scale --out benchmarks/results/scale/qwen2.5-0.5b.json
 
 prints one JSON document (and writes it to ``--out``); docs/scale.md quotes it.
 """

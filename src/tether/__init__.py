@@ -12,17 +12,25 @@ plugin's: :mod:`tether.algorithms.registry`); ``tether.run(stage, ...)`` runs an
 
 __version__ = "0.1.0"
 
+import tether.api as _api  # noqa: E402
 from tether.algorithms.registry import ALGORITHMS as _ALGORITHMS  # noqa: E402
-from tether.api import RunResult, dpo, dry_run, kto, orpo, reward_model, run, sft, simpo  # noqa: E402
 from tether.errors import ConfigError, DataError, ModelError, TetherError, TrainingError  # noqa: E402
+
+# Not ``from tether.api import ...``: that form asks the module for ``__path__``, which its
+# module ``__getattr__`` answers by loading the plugins, so a broken plugin would break
+# ``import tether`` itself. Plugins load on first use of the registry, where the error is reported.
+RunResult, dpo, dry_run, kto, orpo = _api.RunResult, _api.dpo, _api.dry_run, _api.kto, _api.orpo
+reward_model, run, sft, simpo = _api.reward_model, _api.run, _api.sft, _api.simpo
 
 
 def __getattr__(name: str):
     """``tether.NAME`` for every registered RL algorithm (the API function of ``tether NAME``)."""
-    from tether import api
-
+    if name.startswith("__") and name.endswith("__"):
+        # Tools probe dunders (``__wrapped__``, ``__path__``): no algorithm is named so, and
+        # answering must not load the plugins.
+        raise AttributeError(f"module 'tether' has no attribute {name!r}")
     try:
-        return getattr(api, name)
+        return getattr(_api, name)
     except AttributeError:
         raise AttributeError(f"module 'tether' has no attribute {name!r}") from None
 

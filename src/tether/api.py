@@ -76,17 +76,18 @@ def resolve_config(cls: type, config: ConfigLike, overrides: Overrides = None, f
     """A validated ``cls`` from a config object, a dict or a YAML path, with ``overrides`` (then
     ``forced``, dotted keys) on top; ``caller`` (e.g. "sft") names the function in errors."""
     from tether.config import from_dict, to_dict
-    from tether.config.base import merge_override, parse_override, read_yaml
+    from tether.config.base import check_saved_stage, merge_override, parse_override, read_preset
 
     where = f"tether.{caller}(): argument 'config'" if caller else "The config"
     check_arguments(caller or "resolve_config", overrides)
+    saved = None  # the stage that saved a run's config.yaml given as the config
     if isinstance(config, cls):
         data = to_dict(config)
     elif dataclasses.is_dataclass(config) and not isinstance(config, type):
         raise ConfigError(f"{where} is a {type(config).__name__}: expected a {cls.__name__} (or a dict or a YAML "
                           "path).")
     elif isinstance(config, (str, os.PathLike)):
-        data = read_yaml(config)
+        data, saved = read_preset(cls, config)  # a run's own config.yaml too
     elif isinstance(config, Mapping):
         data = {}
         for key, value in config.items():  # dotted keys and nested blocks alike
@@ -109,6 +110,8 @@ def resolve_config(cls: type, config: ConfigLike, overrides: Overrides = None, f
             merge_override(data, *parse_override(text))
     for key, value in (forced or {}).items():
         merge_override(data, key.split("."), value)
+    if saved is not None:
+        check_saved_stage(cls, saved, data, config)
     return from_dict(cls, data)
 
 
@@ -258,6 +261,8 @@ def dry_run(stage: str, config: ConfigLike = None, overrides: Overrides = None, 
 
 def __getattr__(name: str):
     """``tether.api.NAME`` for every registered RL algorithm (``ppo``, ``grpo``, a plugin's)."""
+    if name.startswith("__"):  # the import system's probes (__path__, ...) load no plugin
+        raise AttributeError(f"module 'tether.api' has no attribute {name!r}")
     from tether.algorithms.registry import ALGORITHMS, load_plugins
 
     load_plugins()

@@ -54,19 +54,30 @@ def _reports(err: TetherError) -> bool:
     return not same_on_every_rank or os.environ.get("LOCAL_RANK", "0") == "0"
 
 
+def _say(err: TetherError, command: str | None) -> int:
+    """Print ``err`` as tether's one-paragraph error (once under torchrun: see :func:`_reports`); exit code 2."""
+    if _reports(err):
+        rank = os.environ.get("RANK", "0")
+        where = f" (rank {rank})" if rank != "0" else ""
+        prog = f"tether {command}" if command else "tether"
+        print(f"{prog}{where}: error: {err}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    try:
+        # Building the parser lists the commands, which loads the plugins (a plugin algorithm is a
+        # command): a broken plugin is reported here like any bad input, --help included.
+        args = parse(argv)
+    except TetherError as err:
+        return _say(err, None)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     quiet_libraries(args.verbose)
     try:
         return commands.run(args)
     except TetherError as err:
-        if _reports(err):
-            rank = os.environ.get("RANK", "0")
-            where = f" (rank {rank})" if rank != "0" else ""
-            print(f"tether {args.command}{where}: error: {err}", file=sys.stderr)
-        return 2
+        return _say(err, args.command)
     except KeyboardInterrupt:
         print(f"tether {args.command}: interrupted", file=sys.stderr)
         return 130

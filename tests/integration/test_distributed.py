@@ -100,9 +100,9 @@ def test_rm_two_ranks_match_one_process(trained, rm_reference, tmp_path, strateg
     report(f"rm {strategy}", largest_metric_diff(rm_reference, out), largest_weight_diff(rm_reference, out))
 
 
-@pytest.mark.parametrize("stage", ["dpo", "simpo", "kto"])
+@pytest.mark.parametrize("stage", ["dpo", "simpo", "orpo", "kto"])
 def test_a_preference_stage_on_two_ranks_matches_one_process(stage, trained, tmp_path):
-    """DPO, SimPO and KTO under FSDP: DPO's reference log-probs split over ranks and gathered, then the
+    """DPO, SimPO, ORPO and KTO under FSDP: DPO's reference log-probs split over ranks and gathered, then the
     update; SimPO's pairs (no reference) split over ranks, the held-out table gathered; KTO's z₀ of
     each batch from its mismatched pairs split over ranks and gathered before the update."""
     task = trained["task"]
@@ -196,7 +196,9 @@ def test_online_dpo_on_two_ranks_keeps_each_pair_on_one_rank(trained, tmp_path):
                             "distributed.strategy=ddp")[1:]]
     base.remove("rollout.top_k=1")  # a prompt's two samples must differ to make a pair
     ok(torchrun(base))
-    rows = [r for r in metrics(tmp_path / "od-2") if "pairs/fraction" in r]
+    from tether.metrics.logger import read_metrics
+
+    rows = [r for r in read_metrics(tmp_path / "od-2" / "metrics.jsonl") if "pairs/fraction" in r]
     assert len(rows) == 3 and max(r["pairs/fraction"] for r in rows) > 0
     assert all(0.0 <= r["pairs/accuracy"] <= 1.0 for r in rows) and (tmp_path / "od-2" / "model.safetensors").is_file()
 

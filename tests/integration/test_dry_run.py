@@ -249,10 +249,8 @@ def test_plans_print_the_predicted_peak_per_phase(trained, tmp_path, capsys):
     dpo = ["dpo", f"run.out={tmp_path / 'dpo'}", f"model.name_or_path={trained['sft']}",
            f"data.train={task / 'prefs_train.jsonl'}", "data.max_length=64", "max_steps=3", "optim.batch_size=8"]
     plan = plan_of(capsys, dpo, tmp_path)
-    Path("/tmp/calib/dpo_plan.txt").write_text(plan)
     assert re.search(r"^\s+(peak\s+)?log-probs\s+[\d.]+ [KMG]?B  \(the reference's log-probs", plan, re.M)
     ppo = plan_of(capsys, trained_ppo_args(trained, tmp_path / "ppo"), tmp_path)
-    Path("/tmp/calib/ppo_plan.txt").write_text(ppo)
     for phase, what in (("rollout", "generation: .*KV cache"), ("log-probs", "old and reference log-probs"),
                         ("update", "actor and critic forward")):
         assert re.search(rf"^\s+(peak\s+)?{phase}\s+[\d.]+ [KMG]?B  \({what}", ppo, re.M), phase

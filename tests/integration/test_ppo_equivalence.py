@@ -44,6 +44,10 @@ RESPONSE_LENGTH = 12
 # Sums over a response's tokens of per-token log-prob differences: their rounding error is the
 # per-token one (~1e-7 on log-probs of ~-5) times the response length, so ABS is per token.
 SUMMED_OVER_TOKENS = ("objective/kl", "objective/kl_k3", "objective/non_score_reward")
+# 1 − Var(returns − values) / Var(returns): a difference of near-equal variances magnifies the
+# values' rounding (which differs between oneDNN and MKL kernels, e.g. on AMD's default backend), so
+# it is held to the absolute tolerance of the values it is made of (~1e-5), not 1e-5 of itself.
+RATIOS_OF_VARIANCES = ("ppo/val/explained_var",)
 
 
 def eos_biased(model, eos_id: int, bias: float):
@@ -85,7 +89,7 @@ def assert_same_run(got: dict, want: dict) -> None:
     for it, (a, b) in enumerate(zip(got["history"], want["history"])):
         assert a.keys() == b.keys()
         for key in b:
-            tol = ABS * RESPONSE_LENGTH if key in SUMMED_OVER_TOKENS else ABS
+            tol = ABS * RESPONSE_LENGTH if key in SUMMED_OVER_TOKENS else 10 * ABS if key in RATIOS_OF_VARIANCES else ABS
             assert a[key] == pytest.approx(b[key], rel=REL, abs=tol), (it + 1, key, a[key], b[key])
     # What the actor learned: Adam turns rounding-level differences in near-zero gradients into
     # steps of up to lr on single weights, so compare the whole update, not each weight.

@@ -73,6 +73,56 @@ def test_sync_puts_the_actors_weights_in_the_engine(roles):
     print(f"\nfull model: after sync {synced:.2e}, stale {stale:.2e}, after re-sync {again:.2e} ({mb:.2f} MiB sent)")
 
 
+@pytest.fixture
+def long_context_roles(tiny_task, tmp_path):
+    """The roles of a run whose policy is a random Llama with a 320-position context: the CPU
+    build caches prefixes in blocks of 128 tokens, longer than the tiny task's whole context."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from tether.roles.build import build_roles
+
+    tok = AutoTokenizer.from_pretrained(tiny_task["dir"] / "base_model")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=320,
+                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    torch.manual_seed(0)
+    path = tmp_path / "long"
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", f"model.name_or_path={path}"))
+    built = build_roles(cfg, needed=("actor",))
+    yield built
+    built.rollout.close()
+
+
+def test_a_sync_empties_the_prefix_cache(long_context_roles, monkeypatch):
+    """Prompts longer than two cache blocks, sampled before and after an update: after the sync the
+    engine's log-probs are the actor's, not partly from keys and values the old weights cached
+    (which the same check shows when the cache is left as it was)."""
+    built = long_context_roles
+    engine = built.rollout
+    long_prompts = [[(7 * i + 3 * j) % 120 + 5 for j in range(300)] for i in range(3)]
+    params = SamplingParams(max_new_tokens=8, temperature=1.0)
+
+    def distance() -> float:
+        ro = engine.generate(long_prompts, [""] * 3, params, seed=5, logprobs=True)
+        logp, _ = built.actor.logprobs(ro, use_captured=False)
+        return float((logp - ro.sampled_logprobs).abs().masked_fill(~ro.response_mask.bool(), 0).max())
+
+    engine.sync_weights()
+    assert distance() <= SYNC_ATOL  # the prompts' blocks are cached now
+    perturb(built.actor.engine.model, seed=7)
+    engine.sync_weights()
+    fresh = distance()
+    assert fresh <= SYNC_ATOL, fresh
+    perturb(built.actor.engine.model, seed=8)
+    monkeypatch.setattr(engine.llm, "reset_prefix_cache", lambda *a, **k: True)  # the cache kept
+    engine.sync_weights()
+    stale = distance()
+    assert stale > 100 * SYNC_ATOL, stale
+    print(f"\nprefix cache: after sync {fresh:.2e}; with the old weights' cache kept {stale:.2e}")
+
+
 def test_a_lora_actor_syncs_its_merged_weights(roles, tiny_task):
     from tether.config.common import LoRAConfig
     from tether.engines import OptimizerSpec, TrainingEngine

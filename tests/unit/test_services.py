@@ -202,8 +202,8 @@ def test_ray_check_names_the_key_and_where_ray_goes():
     services.check_ray("")  # a local cluster: nothing to reach
 
 
-def test_mlflow_local_stores_are_not_probed_and_servers_are():
-    for uri in ("/tmp/mlruns", "file:///tmp/mlruns", "sqlite:///tmp/m.db", "databricks"):
+def test_mlflow_local_stores_are_not_probed_and_servers_are(tmp_path):
+    for uri in (str(tmp_path / "mlruns"), f"file://{tmp_path}/mlruns", f"sqlite:///{tmp_path}/m.db", "databricks"):
         services.check_mlflow(uri)
     port = closed_port()
     for uri in (f"http://127.0.0.1:{port}", f"postgresql+psycopg2://u:p@127.0.0.1:{port}/db"):

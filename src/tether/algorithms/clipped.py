@@ -85,18 +85,23 @@ class ClippedPolicyLoss:
         return loss, stats
 
 
-def rollout_ratio_stats(logp: Tensor, old_logp: Tensor, mask: Tensor) -> dict:
-    """How far the policy moved from the one that sampled, token means over the (B, A) response
-    mask: the first-minibatch check's largest |π/π_old − 1| (``check/``), the approximate KL
-    ½(log π − log π_old)² and the mean ratio. For losses without a clipped ratio (online DPO,
-    rejection sampling); no gradient."""
+def rollout_ratio_stats(logp: Tensor, old_logp: Tensor, mask: Tensor, weights: Tensor | None = None) -> dict:
+    """How far the policy moved from the one that sampled, for losses without a clipped ratio
+    (online DPO, rejection sampling); no gradient. The first-minibatch check's largest
+    |π/π_old − 1| over the (B, A) response ``mask`` (``check/``), and the approximate KL
+    ½(log π − log π_old)² and the ratio as means weighted by (B, A) ``weights`` (None: the mask).
+
+    The weights must be the ones the loss weighs its micro-batch by (their sum is its
+    ``micro_weight``: winners' tokens, or 2 per pair as 1/length on each paired row's tokens), so
+    that micro-batches and ranks add up to the minibatch's means."""
     with torch.no_grad():
         m = mask.bool()
+        w = zero_padding(mask.to(logp.dtype) if weights is None else weights.to(logp.dtype), m)
         ratio = importance_ratio(logp.detach(), old_logp, m)
-        tokens = m.sum().clamp(min=1)
+        total = w.sum().clamp(min=torch.finfo(w.dtype).tiny)
         return {"check/ratio_deviation": float(torch.where(m, ratio - 1, torch.zeros_like(ratio)).abs().max()),
-                "ppo/policy/approxkl": float(zero_padding(kl_k2(logp.detach(), old_logp), m).sum() / tokens),
-                "ppo/policy/ratio_mean": float(zero_padding(ratio, m).sum() / tokens)}
+                "ppo/policy/approxkl": float((zero_padding(kl_k2(logp.detach(), old_logp), m) * w).sum() / total),
+                "ppo/policy/ratio_mean": float((zero_padding(ratio, m) * w).sum() / total)}
 
 
 def clipped_loss(cfg, kl_coef: float) -> ClippedPolicyLoss:

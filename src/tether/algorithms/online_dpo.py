@@ -41,14 +41,21 @@ class PairedExperience(Experience):
 def pair_sums(logp: Tensor, ref_logp: Tensor, mask: Tensor, sign: Tensor, group_size: int) -> tuple[Tensor, ...]:
     """(B, A) log-probs of the policy and the reference, (B, A) response mask, (B,) pair signs ->
     (G,) summed response log-probs of each group's chosen and rejected response (policy chosen,
-    policy rejected, reference chosen, reference rejected) and (G,) whether the group has a pair."""
+    policy rejected, reference chosen, reference rejected; 0 in a group without a pair) and (G,)
+    whether the group has a pair.
+
+    Rows are picked with ``torch.where``, not multiplied by a 0/1 mask: a row in no pair may
+    hold −inf or NaN log-probs (−inf·0 = NaN), and neither its value nor its gradient (0) may
+    reach the pair's sums."""
     m = mask.bool()
     seq = zero_padding(logp, m).sum(1).reshape(-1, group_size)
     ref = zero_padding(ref_logp, m).sum(1).reshape(-1, group_size)
     s = sign.reshape(-1, group_size)
-    chosen, rejected = (s == CHOSEN).to(seq.dtype), (s == REJECTED).to(seq.dtype)
-    return ((seq * chosen).sum(1), (seq * rejected).sum(1), (ref * chosen).sum(1), (ref * rejected).sum(1),
-            (s == CHOSEN).any(dim=1))
+
+    def pick(x: Tensor, which: int) -> Tensor:
+        return zero_padding(x, s == which).sum(1)
+
+    return pick(seq, CHOSEN), pick(seq, REJECTED), pick(ref, CHOSEN), pick(ref, REJECTED), (s == CHOSEN).any(dim=1)
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,10 @@ class PairedDPOLoss:
         pairs = int(has_pair.sum())
         loss = (per_pair * has_pair).sum() / max(pairs, 1)  # no pair here: a zero loss with a graph (DDP)
         valid = h.detach()[has_pair]
-        return loss, {**rollout_ratio_stats(logp, mb.logprobs, mask), "ppo/policy/loss": float(loss.detach()),
+        # Stats weighed as the loss is (by pairs): each paired row's tokens by 1 / its length.
+        in_pair = (mb.pair_sign != 0).to(logp.device)[:, None] * mask
+        per_row = in_pair / mask.sum(1, keepdim=True).clamp(min=1)
+        return loss, {**rollout_ratio_stats(logp, mb.logprobs, mask, per_row), "ppo/policy/loss": float(loss.detach()),
                       "pairs/accuracy": float((valid > 0).float().mean()) if pairs else 0.0,
                       "pairs/margin": float(self.beta * valid.mean()) if pairs else 0.0}
 
@@ -93,9 +103,11 @@ class OnlineDPO:
         sign = best_worst_pairs(scores, g).to(logprobs.device)
         group_id = torch.arange(len(scores), device=logprobs.device) // g
         zeros = torch.zeros_like(logprobs)
-        s = scores.float().reshape(-1, g)
-        paired = (sign.reshape(-1, g) == CHOSEN).any(dim=1).to(s.device)
-        gap = (s.max(dim=1).values - s.min(dim=1).values)[paired]
+        s, signs = scores.float().reshape(-1, g), sign.reshape(-1, g).to(scores.device)
+        paired = (signs == CHOSEN).any(dim=1)
+        zero = torch.zeros((), device=s.device)
+        # The pair's own two scores (a NaN score is in no pair: selected, never multiplied in).
+        gap = (torch.where(signs == CHOSEN, s, zero).sum(1) - torch.where(signs == REJECTED, s, zero).sum(1))[paired]
         stats = {"pairs/fraction": float(paired.float().mean()),
                  "pairs/score_gap": float(gap.mean()) if len(gap) else 0.0}
         return PairedExperience(rollout, logprobs, ref_logprobs, None, scores, zeros, zeros, zeros,

@@ -19,10 +19,11 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, one_line
 from tether.targets import import_callable
 
 #: The environment variable naming plugin modules (or ``.py`` files) to import before a run.
@@ -71,6 +72,7 @@ class AlgorithmSpec:
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}
+_BUILT_IN: set[str] = set()  # the names registered below, in this module: no plugin may take one
 
 #: The algorithm of the demo pipeline, the preset and ``tether.ppo``'s default config.
 DEFAULT_ALGORITHM = "ppo"
@@ -81,17 +83,39 @@ RESERVED = frozenset({"demo", "sft", "rm", "dpo", "simpo", "orpo", "kto", "eval"
 
 
 def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
-    """Add ``spec`` to :data:`ALGORITHMS` (re-registering the same name replaces it: a reloaded
-    plugin). Its name becomes a command (``tether NAME``), an API function and a value of the
-    config key ``algorithm``."""
+    """Add ``spec`` to :data:`ALGORITHMS`. Its name becomes a command (``tether NAME``), an API
+    function and a value of the config key ``algorithm``.
+
+    A name is owned by the module that first registered it: the same module registering it again
+    replaces its entry (a reloaded plugin), but a built-in algorithm's name, or another plugin's,
+    is refused, so a plugin can never silently change what ``tether ppo`` runs."""
     if not spec.name.isidentifier() or spec.name in RESERVED:
         raise ConfigError(f"Algorithm name {spec.name!r}: expected a Python identifier that is not one of tether's "
                           f"commands ({', '.join(sorted(RESERVED))}).")
     if spec.min_group_size < 1 or spec.default_group_size < spec.min_group_size:
         raise ConfigError(f"Algorithm {spec.name!r}: default_group_size {spec.default_group_size} must be at least "
                           f"min_group_size {spec.min_group_size} (>= 1).")
+    held = ALGORITHMS.get(spec.name)
+    if held is not None and (spec.name in _BUILT_IN or _owner(held) != _owner(spec)):
+        whose = f"tether's built-in {held.title}" if spec.name in _BUILT_IN else f"the plugin {_owner(held)!r}"
+        raise ConfigError(f"Algorithm name {spec.name!r} is already registered by {whose} ({_target(held)}); "
+                          f"{_owner(spec)!r} ({_target(spec)}) may not replace it: expected a name no registered "
+                          f"algorithm has (registered: {', '.join(ALGORITHMS)}).")
     ALGORITHMS[spec.name] = spec
     return spec
+
+
+def _owner(spec: AlgorithmSpec) -> str:
+    """The module an entry's class lives in: who registered the name."""
+    if isinstance(spec.target, str):
+        return spec.target.partition(":")[0]
+    return str(getattr(spec.target, "__module__", None) or type(spec.target).__module__)
+
+
+def _target(spec: AlgorithmSpec) -> str:
+    if isinstance(spec.target, str):
+        return spec.target
+    return f"{_owner(spec)}:{getattr(spec.target, '__qualname__', type(spec.target).__qualname__)}"
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec:
@@ -134,23 +158,59 @@ def _import_plugin(name: str) -> None:
     path = Path(name).expanduser().resolve()
     spec = importlib.util.spec_from_file_location(path.stem, path)
     if spec is None or not path.is_file():
-        raise FileNotFoundError(f"no file {path}")
+        raise FileNotFoundError(f"No such file {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        # A half-run module must not stay importable: the next load_plugins (or an import of it
+        # by name) would find it there and skip the error.
+        if sys.modules.get(path.stem) is module:
+            del sys.modules[path.stem]
+        raise
+
+
+def _cause(err: BaseException, name: str) -> str:
+    """What went wrong importing plugin ``name``, in one line: where a syntax error is, which
+    module is missing, or the exception and the line that raised it."""
+    if isinstance(err, SyntaxError):
+        where = Path(err.filename).name if err.filename else name
+        return f"{type(err).__name__} at line {err.lineno} of {where}: {one_line(err.msg, 200)}"
+    if isinstance(err, FileNotFoundError) and str(err).startswith("No such file "):
+        return str(err)
+    if isinstance(err, ModuleNotFoundError) and err.name and (name == err.name or name.startswith(err.name + ".")):
+        # the plugin itself (or its package) is not importable, not one of its own imports
+        return f"No module named {err.name!r} on sys.path (a .py file is named by its path, ending in .py)"
+    text = f"{type(err).__name__}: {one_line(err, 300)}" if str(err) else type(err).__name__
+    frames = traceback.extract_tb(err.__traceback__)
+    if frames and not isinstance(err, ImportError):
+        text += f" (raised at {Path(frames[-1].filename).name} line {frames[-1].lineno})"
+    return text
+
+
+def _plugin_error(which: str, err: Exception, name: str, fix: str) -> ConfigError:
+    """The one-paragraph error for plugin ``which`` (how the user named it) that raised ``err``."""
+    if isinstance(err, ConfigError):  # it imported, but tether refused what it registers (a taken name, ...)
+        return ConfigError(f"{which} was refused while it imported: {one_line(err).rstrip('.')} ({fix}).")
+    return ConfigError(f"{which} failed to import: {_cause(err, name)}; expected a module that imports without "
+                       f"error and registers its algorithms with register_algorithm ({fix}).")
 
 
 def load_plugins() -> None:
     """Import the plugin modules of ``TETHER_PLUGINS`` and the ``tether.plugins`` entry points
-    (once each); a plugin that fails to import is a :class:`ConfigError` naming it."""
+    (once each); a plugin that fails to import is a one-paragraph :class:`ConfigError` naming it,
+    the cause and what was expected (the CLI prints it and exits 2). Nothing calls this at
+    ``import tether``: the registry's users (the CLI's command list, ``tether.NAME``, a run's
+    config checks) call it on first use, where a broken plugin is an error they report."""
     for name in (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",")):
         if not name or name in _loaded:
             continue
         try:
             _import_plugin(name)
         except Exception as err:
-            raise ConfigError(f"{PLUGINS_ENV} names {name!r}, which failed to import: {type(err).__name__}: "
-                              f"{err}") from err
+            raise _plugin_error(f"{PLUGINS_ENV} names {name!r}, which", err, name,
+                                f"fix it, or remove it from {PLUGINS_ENV}") from err
         _loaded.add(name)
     for point in _installed_plugins():
         if point.value in _loaded:
@@ -158,8 +218,10 @@ def load_plugins() -> None:
         try:
             point.load()
         except Exception as err:
-            raise ConfigError(f"The '{PLUGINS_GROUP}' entry point {point.name!r} ({point.value}) failed to import: "
-                              f"{type(err).__name__}: {err}") from err
+            dist = getattr(getattr(point, "dist", None), "name", None)
+            of = f" of the installed package {dist!r}" if dist else ""
+            raise _plugin_error(f"The '{PLUGINS_GROUP}' entry point {point.name!r} ({point.value}){of}", err,
+                                point.module, "fix or uninstall the package") from err
         _loaded.add(point.value)
 
 
@@ -198,3 +260,4 @@ register_algorithm(AlgorithmSpec(
     needs_critic=False, default_group_size=4, min_group_size=2, config_block="selection",
     inert_keys=("ppo.gamma", "group.scale_by_std", "policy_loss", "ppo.clip", "ppo.entropy_coef",
                 "rollout.is_correction")))
+_BUILT_IN.update(ALGORITHMS)

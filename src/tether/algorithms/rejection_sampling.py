@@ -54,7 +54,7 @@ class WinnerNLLLoss:
             kl_term = (zero_padding(kl, w)).sum() / winners.sum().clamp(min=1)
             loss = loss + self.kl_coef * kl_term
             stats["ppo/policy/kl_loss"] = float(kl_term.detach())
-        stats.update(rollout_ratio_stats(logp, mb.logprobs, mb.rollout.response_mask.to(logp.device)))
+        stats.update(rollout_ratio_stats(logp, mb.logprobs, mb.rollout.response_mask.to(logp.device), winners))
         stats["ppo/policy/loss"] = float(nll.detach())
         return loss, stats
 

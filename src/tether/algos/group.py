@@ -104,6 +104,12 @@ def aggregation_weight(mask: torch.Tensor, how: Aggregation) -> float:
     return float(mask.sum()) if how == "token_mean" else float(mask.shape[0])
 
 
+#: The largest per-response log-ratio a sequence ratio is taken at: exp(20) ≈ 4.9e8. A sum of
+#: token log-ratios passes float32's exp range (~88.7) easily (100 tokens at +0.9 each), and
+#: exp's inf then makes the loss −inf or its gradient inf·0 = NaN. See :func:`importance_ratio`.
+MAX_SEQUENCE_LOG_RATIO = 20.0
+
+
 def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor,
                      level: RatioLevel = "token") -> torch.Tensor:
     """π/π_old at the response tokens: (B, A) log-probs -> (B, A) ratios, 1 on padding.
@@ -118,6 +124,15 @@ def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Ten
     A sequence ratio is repeated at each of its response's tokens, so the clip acts on the whole
     response at once: with one advantage per response and ``sequence_mean`` aggregation the
     loss is GSPO's (or TRL's RLOO's) per-response objective. Padding is never read.
+
+    A sequence ratio's log is clamped above at :data:`MAX_SEQUENCE_LOG_RATIO` (20) before the exp,
+    so the ratio, the surrogate and their gradients stay finite for any finite log-ratio (at −1e4
+    the ratio is 0, which is finite too). The clamp changes nothing PPO's clip keeps: in
+    min(r·A, clip(r, 1 − ε_l, 1 + ε_h)·A) a positive advantage has the clipped constant
+    (1 + ε_h)·A, gradient 0, from r = 1 + ε_h on, far below e^20. Only a negative advantage reads
+    r above 1 + ε_h; there r·A is held at e^20·A with gradient 0 beyond it, a dual clip at
+    c = e^20 (dual-clip PPO, Ye et al. 2020, "Mastering Complex Control in MOBA Games") where
+    float32 would give −inf or NaN. Token ratios are not clamped.
     """
     m = mask.bool()
     log_ratio = zero_padding(logp - old_logp, m)
@@ -128,6 +143,8 @@ def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Ten
     per_response = log_ratio.sum(dim=1, keepdim=True)
     if level == "sequence":
         per_response = per_response / m.sum(dim=1, keepdim=True).clamp(min=1).to(log_ratio.dtype)
+    # A clamp, not a select: its gradient is 0 above the bound, so no inf ever enters backward.
+    per_response = per_response.clamp(max=MAX_SEQUENCE_LOG_RATIO)
     one = torch.ones((), dtype=log_ratio.dtype, device=log_ratio.device)
     return torch.where(m, torch.exp(per_response).expand_as(log_ratio), one)
 

@@ -6,7 +6,13 @@ thumbs-up / thumbs-down rows. Pure functions of per-response log-probs; (B,) ten
   chosen from the rejected: −log σ(β·(ℓ_c/|y_c| − ℓ_r/|y_r|) − γ).
 - **ORPO** (Hong et al. 2024, eqs. 4–7): supervised NLL on the chosen response plus λ times the
   log odds ratio term −log σ(log odds(y_c) − log odds(y_r)), where odds(y) = P/(1 − P) with
-  P = exp(mean token log-prob); no reference model.
+  P = exp(mean token log-prob); no reference model. Two deviations from the paper:
+  (1) :func:`log_odds` clamps the mean log-prob at −1e-7 (P ≤ 1 − 1e-7, so log odds ≤ ~16.1):
+  at P = 1 the paper's odds are infinite and its term NaN; a response above the clamp has a
+  fixed log odds and no gradient through it. (2) The NLL term that ``orpo_loss`` is given is,
+  in tether's ORPO loop, the token mean over all the batch's chosen tokens (as SFT's loss, exact
+  under gradient accumulation), where the paper's eq. 2 takes each response's token mean and
+  then the mean over responses: a long chosen response weighs more here.
 - **KTO** (Ethayarajh et al. 2024, eq. 8): with r = log π(y|x) − log π_ref(y|x) (summed) and a
   reference point z₀ (a KL estimate, no gradient, at least 0), a desirable response costs
   λ_D·(1 − σ(β·(r − z₀))) and an undesirable one λ_U·(1 − σ(β·(z₀ − r))); the loss is their mean.

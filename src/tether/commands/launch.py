@@ -8,7 +8,8 @@ directory, tokenizer, models' configs, data; no weights) in this one process fir
 one paragraph and exit 2 before any rank starts. Then torchrun's own launcher
 (``torch.distributed.run``) starts the ranks with the same arguments; a rank that fails with
 tether's error has already printed it, so this process only adds which rank ended how for other
-exits, and returns the first failed rank's exit code, without a traceback.
+exits, and returns the first failed rank's exit status (128 + N for a rank killed by signal N, as a
+shell reports it), without a traceback.
 """
 
 from __future__ import annotations
@@ -63,12 +64,75 @@ def check_once(stage_argv: list[str]) -> bool:
     return True
 
 
+#: ``--nproc-per-node`` values torchrun counts itself (the machine's GPUs, CPUs, ...).
+NAMED_NPROC = ("auto", "cpu", "gpu", "xpu")
+
+
+def check_torchrun_args(launch_args) -> None:
+    """torchrun's process counts, refused here in one paragraph and before the input checks:
+    torchrun itself answers a bad one with a traceback."""
+    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+    value = str(launch_args.nproc_per_node).strip()
+    try:
+        count = int(value)
+    except ValueError:
+        if value not in NAMED_NPROC:
+            raise ConfigError(f"--nproc-per-node {value}: expected a whole number of processes per "
+                              f"machine, at least 1, or one of {', '.join(NAMED_NPROC)}.") from None
+        try:
+            count = determine_local_world_size(value)
+        except ValueError as err:  # gpu/xpu on a machine without one
+            raise ConfigError(f"--nproc-per-node {value}: {err} Give a number of processes "
+                              "instead, e.g. --nproc-per-node 2.") from None
+    if count < 1:
+        raise ConfigError(f"--nproc-per-node {value}: expected a whole number of processes per machine, "
+                          f"at least 1, or one of {', '.join(NAMED_NPROC)}.")
+    try:
+        low, high = parse_min_max_nnodes(str(launch_args.nnodes))
+    except ValueError:
+        low = high = 0
+    if not 0 < low <= high:
+        raise ConfigError(f"--nnodes {launch_args.nnodes}: expected a number of machines, at least 1, "
+                          "or a range MIN:MAX with 1 <= MIN <= MAX.")
+
+
+def exit_status(exitcode: int) -> int:
+    """This process's exit code for a rank that ended with ``exitcode`` (negative: killed by that
+    signal, reported as a shell does, 128 + N)."""
+    if exitcode < 0:
+        return 128 + (-exitcode)
+    return exitcode if 0 < exitcode < 256 else 1
+
+
+def report_failure(err) -> int:
+    """Say which rank of a torchrun ``ChildFailedError`` ended first and how (unless it already said
+    so itself: exit 2 is tether's own one-paragraph error); that rank's exit status.
+
+    Only what torchrun's ``ProcessFailure`` holds is used: the local rank, pid, exit code and a
+    signal's name. It holds no host name: the rank is one this launcher started, on this machine."""
+    rank, failure = err.get_first_failure()
+    code = failure.exitcode
+    if code != 2:
+        if code < 0:
+            name = failure.signal_name()
+            how = f"was killed by signal {-code}" + (f" ({name})" if name and name != "<N/A>" else "")
+        else:
+            how = f"exited with code {code}"
+        # Not the other failures torchrun lists: they are mostly the ranks it stopped because of this one.
+        print(f"tether launch: rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {how}; the "
+              "other ranks were stopped. A run with a complete checkpoint continues with the same command and "
+              f"--resume RUN_DIR. Exit status {exit_status(code)}.", file=sys.stderr)
+    return exit_status(code)
+
+
 def run(args) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run as torchrun
 
     torch_argv, stage_argv = split_argv(list(args.argv))
     launch_args = parse_args([*torch_argv, "-m", "tether.cli", *stage_argv])
+    check_torchrun_args(launch_args)
     if not check_once(stage_argv):
         return 0
     # torchrun logs every failed rank with its own line; tether reports the failure once, below.
@@ -76,12 +140,5 @@ def run(args) -> int:
     try:
         torchrun(launch_args)
     except ChildFailedError as err:
-        rank, failure = err.get_first_failure()
-        code = failure.exitcode
-        if code != 2:  # 2: the rank printed tether's own one-paragraph error
-            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            print(f"tether launch: rank {rank} (pid {failure.pid} on {failure.hostname}) {how}; the other ranks were "
-                  "stopped. A run with a complete checkpoint continues with the same command and --resume RUN_DIR.",
-                  file=sys.stderr)
-        return code if 0 < code < 256 else 1
+        return report_failure(err)
     return 0

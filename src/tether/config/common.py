@@ -165,7 +165,7 @@ class ModelConfig:
         "sdpa",
         "Attention of every model the stage loads (policy, reference, reward model, critic): sdpa (eager for "
         "a model without it, said on stderr), eager, flash_attention_2 (CUDA and the flash_attn package) or "
-        "flex_attention.",
+        "flex_attention (not on a CPU: torch has no FlexAttention backward there).",
     )
     padding_free: bool = option(
         True, "Train and score rows packed into one sequence with no padding (models and attention that support "

@@ -22,7 +22,11 @@ RULES = (
     "clipfrac_high",
     "eos_collapse",
     "off_policy_drift",
+    "nothing_to_learn",
 )
+
+#: Rules judged from the first iteration, warm-up or not: a run that cannot learn says so at once.
+EARLY_RULES = ("nothing_to_learn",)
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,10 @@ class HealthConfig:
     enabled: bool = option(True, "Check the health rules after every PPO iteration.")
     warmup_iters: int = option(
         5, "Judge nothing up to and including this iteration (its metrics still enter the averages).", ge=0
+    )
+    no_signal_iters: int = option(
+        2, "nothing_to_learn (alarm) when the actor's gradient was exactly 0 this many iterations in a row "
+        "(judged from the first iteration, warm-up or not).", ge=1
     )
     smooth_window: int = option(
         5, "Rules read the moving average of the last this-many iterations (batch stats are noisy).", ge=1

@@ -164,8 +164,11 @@ class PolicyLossConfig:
     ratio_level: Literal["token", "sequence", "sequence_product"] | None = option(
         None, "The importance ratio pi/pi_old that is clipped: token (one per token, PPO and GRPO), sequence "
               "(one per response, the geometric mean of its token ratios: GSPO), sequence_product (one per "
-              "response, pi(y)/pi_old(y): the RLOO paper's and TRL's RLOOTrainer). A response's ratio is clipped "
-              "as one. null = the algorithm's own default (its registry entry's; docs/algorithms.md).")
+              "response, pi(y)/pi_old(y): the RLOO paper's and TRL's RLOOTrainer; its log is capped at 20 so "
+              "float32 stays finite). A response's ratio is clipped as one. A sequence ratio sits far closer to 1 "
+              "than token ratios, so the clip must be set for it: GSPO's paper clips at clip_low=3e-4, "
+              "clip_high=4e-4; the default ppo.clip 0.2 almost never binds. null = the algorithm's own default "
+              "(its registry entry's; docs/algorithms.md).")
 
     def resolved(self, algorithm: str) -> "PolicyLossConfig":
         """This block with each null key set to ``algorithm``'s default (its registry entry's
@@ -317,8 +320,59 @@ class PPOEvalConfig:
 class SelectionConfig:
     """Rejection sampling's winners: which of each prompt's ``group.size`` samples it fine-tunes on."""
 
-    keep: int = option(1, "Winners per prompt: the best `keep` of its group.size samples by score (1 = best-of-N).",
-                       ge=1)
+    keep: int = option(1, "Winners per prompt: the best `keep` of its group.size samples by score (1 = best-of-N); "
+                          "at most group.size.", ge=1)
     min_score: float | None = option(
         None, "Keep a winner only if its score (after reward.normalize and the KL shaping) is at least this; "
               "null = no floor.")
+
+
+def _group_size(cfg) -> str:
+    """``group.size = N`` as the run resolves it, saying when N is the algorithm's default."""
+    default = "" if cfg.group.size is not None else f" ({cfg.algorithm}'s default)"
+    return f"group.size = {cfg.samples_per_prompt}{default}"
+
+
+def check_group_counts(cfg, spec) -> None:
+    """What must fit a prompt's group of ``group.size`` responses, checked with the config: without
+    it, found only when the first group is ranked or updated, after every model is loaded and a
+    rollout sampled. ``cfg``: the RL config; ``spec``: its algorithm's registry entry.
+
+    - the winners of a group (``selection.keep``, the algorithm reading the selection block) are
+      at most the group;
+    - an algorithm whose loss compares a group's responses (``whole_groups``) takes row-count
+      micro-batches: ``ppo.micro_batch_tokens`` bins rows by length, splitting groups (online_dpo
+      lists the key among those it does not read; this covers a plugin's such algorithm)."""
+    keep = cfg.selection.keep
+    if spec.config_block == "selection" and keep > cfg.samples_per_prompt:
+        raise ConfigError(
+            f"Config key 'selection.keep' = {keep}: {cfg.algorithm} keeps the best selection.keep of each prompt's "
+            f"group.size samples, and {_group_size(cfg)}; expected at most {cfg.samples_per_prompt}. Lower "
+            f"selection.keep, or raise group.size to at least {keep}.")
+    tokens = cfg.ppo.micro_batch_tokens
+    if spec.whole_groups and tokens is not None:
+        raise ConfigError(
+            f"Config key 'ppo.micro_batch_tokens' = {tokens} with algorithm={cfg.algorithm}: its loss compares each "
+            f"prompt's responses ({_group_size(cfg)}) inside one micro-batch, and a token budget bins rows by "
+            "length, splitting the groups. Drop ppo.micro_batch_tokens and size micro-batches by rows "
+            "(ppo.grad_accum_steps, keeping ppo.minibatch_size / ppo.grad_accum_steps a multiple of group.size).")
+
+
+def check_learning_signal(cfg) -> None:
+    """Settings under which no update can ever move the policy, refused with the config (the
+    ``nothing_to_learn`` health alarm catches what only the data can cause):
+
+    - online DPO with a fixed ``kl.coef`` of 0: its loss −log σ(β·h) is log 2 for every pair, its
+      gradient 0 (β is DPO's β);
+    - ``reward.terms`` whose weights are all 0: every score is 0 (a weight of 0 logs its term only).
+    """
+    if cfg.algorithm == "online_dpo" and cfg.kl.coef == 0 and cfg.kl.controller == "fixed":
+        raise ConfigError("Config key 'kl.coef' = 0 with algorithm=online_dpo and kl.controller=fixed: kl.coef is "
+                          "DPO's beta, and at 0 every pair's loss is log 2 with a zero gradient, so no update would "
+                          "train; expected a kl.coef above 0 (e.g. 0.1).")
+    terms = cfg.reward.terms
+    if terms and all(term.weight == 0 for term in terms):
+        names = ", ".join(term.name for term in terms)
+        raise ConfigError(f"Config key 'reward.terms': every term's weight is 0 ({names}), so every score would be 0 "
+                          "and no update would train; expected at least one non-zero weight (a weight of 0 only logs "
+                          "its term as reward/<name>).")

@@ -66,9 +66,12 @@ class RolloutConfig:
     is_correction: Literal["none", "tis", "mis"] = option(
         "none",
         "Off-policy correction of the actor's loss when the engine's sampling distribution is not the actor's "
-        "(an engine that holds its own copy of the weights, e.g. vLLM in bf16 against an fp32 actor): each "
-        "token's surrogate weighted by pi_old/pi_engine, truncated at is_cap (tis) or dropped above it (mis); "
-        "none = no correction. Logged as rollout/is_weight_mean and rollout/is_clipped_frac.",
+        "(an engine that holds its own copy of the weights, e.g. vLLM in bf16 against an fp32 actor), in the "
+        "clipped-surrogate algorithms (ppo, grpo, rloo, reinforce_pp; refused for online_dpo and rs): each "
+        "token's surrogate weighted by rho = pi_old/pi_engine: tis = min(rho, is_cap) (truncated importance "
+        "sampling); mis = rho where rho <= is_cap, 0 above (masked importance sampling); none = no correction. "
+        "A token whose log-ratio is NaN or inf (e.g. a NaN engine log-prob) weighs 0 under tis and mis. "
+        "Logged as rollout/is_weight_mean and rollout/is_clipped_frac.",
     )
     is_cap: float = option(2.0, "The importance-weight bound of rollout.is_correction.", ge=1)
     max_staleness: int = option(

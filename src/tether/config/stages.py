@@ -40,6 +40,8 @@ from tether.config.rl_blocks import (
     PolicyLossConfig,
     RewardSourceConfig,
     SelectionConfig,
+    check_group_counts,
+    check_learning_signal,
     default_group_size,
 )
 
@@ -329,6 +331,8 @@ class PPOConfig:
         for other in ALGORITHMS.values():  # a block only one algorithm reads
             if other.config_block and other.name != self.algorithm:
                 refuse_inert(self, [other.config_block], f"with algorithm={self.algorithm}; only {other.name} reads it")
+        check_group_counts(self, spec)
+        check_learning_signal(self)
         if spec.whole_groups and (self.ppo.minibatch_size // self.ppo.grad_accum_steps) % self.samples_per_prompt:
             raise ConfigError(
                 f"Config key 'ppo.minibatch_size' = {self.ppo.minibatch_size}: {self.algorithm} compares each prompt's "

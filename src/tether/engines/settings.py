@@ -25,7 +25,8 @@ def engine_settings(cfg, compile: bool | str = False) -> EngineSettings:
     """The settings of a stage config (``run.device``, ``run.precision``, ``run.on_nonfinite``,
     ``cpu``, ``model.padding_free``); ``run.device`` naming a device this machine lacks, or a
     ``model.attn_implementation`` that cannot run on it (a package missing, flash-attention off
-    CUDA or in fp32), is a ConfigError here, before any input is read or weight loaded."""
+    CUDA or in fp32, flex_attention on a CPU, which has no backward there: every stage built on
+    these settings trains a model), is a ConfigError here, before any input is read or weight loaded."""
     from tether.models.attn_implementation import check_attention
 
     device = resolve_device(cfg.run.device)

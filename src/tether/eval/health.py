@@ -24,12 +24,15 @@ eos_collapse              warning   smoothed EOS rate < ``eos_rate_floor``
 off_policy_drift          warning   smoothed share of tokens over ``rollout.is_cap`` > ``is_clipped_high``,
                                     or smoothed mean importance weight off 1 by > ``is_weight_drift``
                                     (runs with ``rollout.is_correction`` only)
+nothing_to_learn          alarm     the actor's gradient norm was exactly 0 for ``no_signal_iters`` (2)
+                                    iterations in a row: every update trained nothing (judged from
+                                    the first iteration; the message names the likely cause)
 ========================  ========  =====================================================
 
 "Smoothed" is the moving average of the last ``smooth_window`` finite values (batch statistics
-are noisy: the demo notes measure ±0.15 gold per iteration at batch 64). Nothing is judged up to
-and including iteration ``warmup_iters``, but those iterations do enter the averages and the
-value-loss baseline.
+are noisy: the demo notes measure ±0.15 gold per iteration at batch 64). No rule but
+``nothing_to_learn`` is judged up to and including iteration ``warmup_iters``; those iterations
+do enter the averages and the value-loss baseline.
 
 **Firing policy.** An alarm name fires when its condition becomes true and stays *active*,
 silent, while the condition holds. It fires again only if (a) it escalates to a higher level
@@ -63,7 +66,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.config.health import LEVELS, RULES, HealthConfig
+from tether.config.health import EARLY_RULES, LEVELS, RULES, HealthConfig
 
 
 
@@ -80,6 +83,10 @@ KEYS = {
     "actor_trained": "ppo/actor_trained",
     "is_clipped": "rollout/is_clipped_frac",
     "is_weight": "rollout/is_weight_mean",
+    "grad_norm": "optim/grad_norm",
+    "score_std": "objective/score_std",
+    "pairs": "pairs/fraction",
+    "kept": "selection/kept",
 }
 
 #: Suggested fixes: the reference texts' advice, mapped to tether's config keys.
@@ -128,6 +135,12 @@ FIXES = {
         "Responses stop ending: they run into the length cap (ref. 004: 'responses keep getting "
         "longer -> add length penalty, recalibrate RM'). Keep reward.eos_penalty on, raise kl.coef, "
         "check the reward's correlation with length."
+    ),
+    "nothing_to_learn": (
+        "Every update of the actor had a zero gradient: the run spends its time and trains nothing. "
+        "Give the reward something to tell apart: raise rollout.max_new_tokens or lower reward.eos_penalty "
+        "when no response ends, lower selection.min_score, set a kl.coef above 0 for online DPO, check "
+        "reward.terms' weights and the reward source on a few samples (tether eval)."
     ),
     "off_policy_drift": (
         "The engine that samples no longer matches the actor: many tokens' importance weights hit "
@@ -264,10 +277,8 @@ class HealthMonitor:
             return []
         self._last_iteration = iteration
         self._record(metrics)
-        if iteration <= self.cfg.warmup_iters:
-            return []
         new: list[Alarm] = []
-        for name in RULES:
+        for name in RULES if iteration > self.cfg.warmup_iters else EARLY_RULES:
             result = getattr(self, f"_rule_{name}")(iteration)
             alarm = self._transition(name, iteration, result)
             if alarm is not None:
@@ -312,10 +323,11 @@ class HealthMonitor:
             value = _float(metrics.get(key))
             if value is None:
                 continue
-            if short == "clipfrac":
+            if short in ("clipfrac", "grad_norm"):
                 trained = _float(metrics.get(KEYS["actor_trained"]))
                 if trained is not None and trained == 0.0:
                     continue  # critic warm-up: the actor did not move, its clip fraction means nothing
+            if short == "clipfrac":
                 self._counts["clip_low"] = self._counts["clip_low"] + 1 if value < self.cfg.clipfrac_low else 0
                 self._counts["clip_high"] = self._counts["clip_high"] + 1 if value > self.cfg.clipfrac_high else 0
             if short == "value_loss" and len(self._value_baseline_values) < self.cfg.value_loss_baseline_iters:
@@ -470,6 +482,35 @@ class HealthMonitor:
                 f"weight is {weight:.3f} (means of the last {self.cfg.smooth_window} iterations; bands "
                 f"{self.cfg.is_clipped_high:.0%} and 1 ± {self.cfg.is_weight_drift:g}).",
                 {"is_clipped_frac": clipped, "is_weight_mean": weight})
+
+
+    def _rule_nothing_to_learn(self, iteration: int):
+        norms = self._history["grad_norm"][-self.cfg.no_signal_iters:]
+        if len(norms) < self.cfg.no_signal_iters or any(n != 0.0 for n in norms):
+            return None
+        return ("alarm", f"The actor's gradient was exactly 0 in each of the last {len(norms)} iterations: "
+                f"{no_signal_cause(self._last('pairs'), self._last('kept'), self._last('score_std'), self._last('eos'))}",
+                {"grad_norm": 0.0})
+
+    def _last(self, short: str) -> float | None:
+        series = self._history[short]
+        return series[-1] if series else None
+
+
+def no_signal_cause(pairs: float | None, kept: float | None, score_std: float | None, eos: float | None) -> str:
+    """The likeliest reason an iteration trained nothing, from its logged stats (None: not logged)."""
+    if pairs == 0.0:
+        why = "online DPO formed no pair (pairs/fraction 0): every prompt's responses scored alike"
+    elif kept == 0.0:
+        why = "rejection sampling kept no response (selection/kept 0): no score reached selection.min_score"
+    elif score_std == 0.0:
+        why = "every response got the same score (objective/score_std 0), so every advantage is 0"
+    else:
+        return "the loss does not depend on the weights (a zero KL coefficient, zero weights, or no trained tokens)."
+    if eos == 0.0:
+        why += ("; no response ended within rollout.max_new_tokens, so reward.eos_penalty gave each the same "
+                "score")
+    return why + "."
 
 
 def _json_float(x: float) -> float | str:

@@ -7,7 +7,9 @@ Each step scores the chosen and rejected responses of a batch in one forward of 
 
 - SimPO's implicit reward of a response is β·log π(y|x)/|y|.
 - ORPO's is the log odds of its mean token probability; its loss adds the chosen responses'
-  NLL, so it needs no SFT stage before it.
+  NLL, so it needs no SFT stage before it. That NLL is a token mean over the whole batch's chosen
+  responses: each micro-batch divides its summed NLL by the batch's chosen tokens (counted in
+  ``before_step``), so micro-batches, accumulation and data-parallel ranks give the batch's loss.
 
 Held-out evaluation reports that reward's pairwise accuracy and margin, as DPO reports its own.
 """
@@ -15,6 +17,7 @@ Held-out evaluation reports that reward's pairwise accuracy and margin, as DPO r
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -31,9 +34,31 @@ from tether.roles.supervised import StageRoles, SupervisedModel
 from tether.engines import engine_settings
 from tether.runs import guarded_run
 
-#: (B,) summed chosen and rejected log-probs, (B,) their lengths -> (loss, (B,) chosen and
-#: rejected implicit rewards, extra stats).
-Objective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple]
+#: (B,) summed chosen and rejected log-probs, (B,) their lengths, the whole batch's
+#: :class:`BatchCounts` -> (loss, (B,) chosen and rejected implicit rewards, extra stats). The loss
+#: is weighed by its pairs' share of the batch (:class:`SupervisedModel`'s default ``weight_of``).
+Objective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, "BatchCounts"], tuple]
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """What a term normalised by a count other than pairs needs of the whole batch (not of the
+    micro-batch it is computed on): its pairs and its chosen responses' tokens."""
+
+    pairs: int
+    chosen_tokens: int
+
+    @classmethod
+    def of(cls, pairs: list) -> "BatchCounts":
+        return cls(len(pairs), sum(len(p.chosen_ids) for p in pairs))
+
+
+def batch_token_mean(summed: torch.Tensor, pairs_here: int, batch: BatchCounts) -> torch.Tensor:
+    """A micro-batch's share of a token mean over the whole batch, as a per-pair loss: ``summed``
+    (a scalar over this micro-batch's tokens) / the batch's tokens, times batch pairs / pairs here,
+    so that weighing micro-batches by their pairs (accumulation, ranks) adds up to
+    Σ_batch / tokens_batch exactly."""
+    return summed / batch.chosen_tokens * (batch.pairs / pairs_here)
 
 
 def lengths(pairs: list, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,7 +71,7 @@ def lengths(pairs: list, device=None) -> tuple[torch.Tensor, torch.Tensor]:
 def simpo_objective(cfg: SimPOConfig) -> Objective:
     beta, gamma = cfg.simpo.beta, cfg.simpo.gamma
 
-    def objective(pc, pr, lc, lr):
+    def objective(pc, pr, lc, lr, batch: BatchCounts):
         loss = simpo_loss(pc, pr, lc, lr, beta, gamma)
         return loss, beta * pc.float() / lc, beta * pr.float() / lr, {}
 
@@ -56,9 +81,10 @@ def simpo_objective(cfg: SimPOConfig) -> Objective:
 def orpo_objective(cfg: ORPOConfig) -> Objective:
     weight = cfg.orpo.odds_ratio_weight
 
-    def objective(pc, pr, lc, lr):
+    def objective(pc, pr, lc, lr, batch: BatchCounts):
         mean_c, mean_r = pc.float() / lc, pr.float() / lr
-        nll = -pc.float().sum() / lc.sum()  # the chosen responses' token-mean NLL, as SFT's loss
+        # The chosen responses' token-mean NLL, as SFT's loss: over the batch's tokens, not these pairs'.
+        nll = batch_token_mean(-pc.float().sum(), len(pc), batch)
         loss, ratio_term = orpo_loss(mean_c, mean_r, nll, weight)
         return loss, log_odds(mean_c), log_odds(mean_r), {"nll": nll, "odds_ratio_loss": ratio_term}
 
@@ -87,7 +113,7 @@ def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, objective: 
     """Held-out loss, and the implicit reward's pairwise accuracy, margin and means."""
     table = pair_logprob_table(model, pairs, pad_id, batch_size, autocast)
     lc, lr = lengths(pairs, table.device)
-    loss, chosen, rejected, extra = objective(table[:, 0], table[:, 1], lc, lr)
+    loss, chosen, rejected, extra = objective(table[:, 0], table[:, 1], lc, lr, BatchCounts.of(pairs))
     return {"eval/loss": float(loss), "eval/accuracy": float((chosen > rejected).float().mean()),
             "eval/margin": float((chosen - rejected).mean()), "eval/chosen_reward": float(chosen.mean()),
             "eval/rejected_reward": float(rejected.mean()), **{f"eval/{k}": float(v) for k, v in extra.items()}}
@@ -103,12 +129,16 @@ def build_pair_roles(cfg, objective: Objective, name: str, checkpoint=None, inpu
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
     engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, engine_settings(cfg))
     autocast = engine.autocast
+    step: dict = {}  # this batch's counts (every rank sees the whole batch's rows here)
+
+    def before_step(rows: list[int]) -> None:
+        step["batch"] = BatchCounts.of([train[i] for i in rows])
 
     def loss(module, items):
         rows = [train[i] for i in items]
         pc, pr = pair_logprobs(module, rows, pad, autocast)
         lc, lr = lengths(rows, pc.device)
-        value, chosen, rejected, extra = objective(pc, pr, lc, lr)
+        value, chosen, rejected, extra = objective(pc, pr, lc, lr, step["batch"])
         with torch.no_grad():
             stats = {"train/loss": float(value.detach()), "train/accuracy": float((chosen > rejected).float().mean()),
                      "train/margin": float((chosen - rejected).mean()),
@@ -118,7 +148,8 @@ def build_pair_roles(cfg, objective: Objective, name: str, checkpoint=None, inpu
     def evaluate() -> dict:
         return engine.infer(evaluate_pairs, evals, pad, batch, objective, autocast)
 
-    return StageRoles({"policy": SupervisedModel(engine, loss, evaluate if evals else None, name=f"{name} loss")})
+    return StageRoles({"policy": SupervisedModel(engine, loss, evaluate if evals else None, name=f"{name} loss",
+                                                 before_step=before_step)})
 
 
 def build_simpo_roles(cfg: SimPOConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,

@@ -19,9 +19,10 @@ import warnings
 
 import torch
 
+from tether.algorithms.checks import experience_of
 from tether.algorithms.registry import algorithm_spec
 from tether.algos import kl_k1, kl_k3, masked_mean, repetition_rate, sampled_entropy_estimate
-from tether.algos.off_policy import is_stats, is_weights
+from tether.algos.off_policy import is_stats, is_weights, nonfinite_tokens
 from tether.errors import TrainingError
 from tether.loops.common import Timer
 from tether.loops.micro_batches import minibatch_order, split_by_token_budget
@@ -127,16 +128,17 @@ class RLTrainer:
             raw, term_stats = score_rollout(self.reward, rollout, self.cfg, logp.device)  # reward/<name> per term
         with timer("advantages"):
             score = shape_scores(raw, rollout.ended, self.normalize, self.cfg)
-            exp, algo_stats = self.algo.experience(rollout, logp, ref_logp, values, score, self.kl_ctl.value)
+            exp, algo_stats = experience_of(self.algo, self.cfg.algorithm, rollout, logp, ref_logp, values, score,
+                                            self.kl_ctl.value)  # its answer checked: (B, A) fields, a stats dict
         mask = exp.rollout.response_mask.to(logp.device)
         if self.cfg.rollout.is_correction != "none":  # the engine's distribution against the actor's pi_old
             if rollout.sampled_logprobs is None:
                 raise TrainingError(f"rollout.is_correction={self.cfg.rollout.is_correction}: the "
                                     f"{self.cfg.rollout.engine} engine returned no sampling log-probs.")
-            weights, over = is_weights(logp, rollout.sampled_logprobs.to(logp.device), mask,
-                                       self.cfg.rollout.is_correction, self.cfg.rollout.is_cap)
+            behaviour = rollout.sampled_logprobs.to(logp.device)
+            weights, over = is_weights(logp, behaviour, mask, self.cfg.rollout.is_correction, self.cfg.rollout.is_cap)
             exp = dataclasses.replace(exp, is_weights=weights)
-            algo_stats = {**algo_stats, **is_stats(weights, over, mask)}
+            algo_stats = {**algo_stats, **is_stats(weights, over, mask, nonfinite_tokens(logp, behaviour, mask))}
         k3 = kl_k3(logp, ref_logp)
         self.check_invariant(
             float(torch.where(mask.bool(), k3, torch.zeros_like(k3)).min()) >= -1e-5,
@@ -145,6 +147,7 @@ class RLTrainer:
         stats = {
             "objective/score": float(score.mean()),
             "objective/score_raw": float(raw.mean()),
+            "objective/score_std": float(score.float().std(unbiased=False)),
             "objective/kl": float((kl_k1(logp, ref_logp) * mask).sum(1).mean()),
             "objective/kl_k3": float((k3 * mask).sum(1).mean()),
             "objective/kl_coef": self.kl_ctl.value,

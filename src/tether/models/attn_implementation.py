@@ -10,10 +10,17 @@ where its facts are known: the package and the device with the stage's engine se
 (:func:`check_attention`, before inputs are read), the model class with the checkpoint's config
 (:func:`resolve`, before its weights); a ValueError transformers still raises at load is
 reworded by :func:`load_error`. Each is one paragraph naming the key.
+
+A model class declaring an implementation does not mean the device has its kernels: flex_attention
+runs forward on a CPU but has no CPU backward in torch 2.13, so a trained model would fail at its
+first update, minutes in. :data:`DEVICE_GAPS` lists such gaps, one row per implementation, and
+:func:`check_attention` refuses each where it applies; a gap only the backward has (flex on a CPU)
+is asked of torch itself, so a torch that gains the kernel passes without a change here.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 
@@ -61,21 +68,72 @@ def check_installed(name: str, key: str = KEY) -> None:
         )
 
 
-def check_attention(name: str, device, dtype: str = "float32", precision: str = "fp32", key: str = KEY) -> None:
-    """``name`` can run here: its package is installed (:func:`check_installed`) and, for
-    flash_attention_2, the stage runs on CUDA in half precision (flash-attention has no CPU or MPS
-    kernel and computes in fp16/bf16 only: ``model.dtype`` bfloat16/float16 or ``run.precision``
-    bf16/fp16). ``device``: the stage's resolved ``torch.device``."""
+@functools.lru_cache(maxsize=None)
+def flex_backward_missing(device_type: str) -> str | None:
+    """torch's own words when FlexAttention has no backward on ``device_type``, else None. Asked
+    of torch with one tiny backward, on a CPU only (milliseconds there; a GPU's kernels are compiled
+    on first use, and CUDA has the backward)."""
+    if device_type != "cpu" or not flex_attention_available():
+        return None
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    q = torch.zeros(1, 1, 16, 16, requires_grad=True)
+    try:
+        flex_attention(q, q, q).sum().backward()
+    except NotImplementedError as err:
+        return str(err)
+    return None
+
+
+def _flash_off_cuda(device) -> str | None:
+    return "flash-attention runs on CUDA GPUs only" if device.type != "cuda" else None
+
+
+def _flex_no_backward(device) -> str | None:
+    import torch
+
+    missing = flex_backward_missing(device.type)
+    return None if missing is None else (
+        f"this torch ({torch.__version__}) has no FlexAttention backward on a {device.type.upper()} "
+        f"(torch: {missing.rstrip('.')}), and a run trains its model")
+
+
+#: Where a choice cannot run although model classes declare it, one row per gap:
+#: (implementation, whether only a trained model hits it, the gap on a device: its reason or None).
+#: sdpa and eager have a forward and a backward on every device torch runs on: no row.
+DEVICE_GAPS = (
+    ("flash_attention_2", False, _flash_off_cuda),
+    ("flex_attention", True, _flex_no_backward),
+)
+
+
+def check_device(name: str, device, trained: bool = True, key: str = KEY) -> None:
+    """``name`` has the kernels ``device`` needs (:data:`DEVICE_GAPS`); ``trained``: a model of the
+    stage is updated, so its backward must run there too."""
+    for implementation, backward_only, gap in DEVICE_GAPS:
+        if implementation != name or (backward_only and not trained):
+            continue
+        reason = gap(device)
+        if reason:
+            raise ConfigError(
+                f"Config key '{key}' = {name!r} with the stage on {device} (run.device): {reason}. Run on a "
+                f"GPU (run.device=cuda), or choose {key}=sdpa (the default) or eager."
+            )
+
+
+def check_attention(name: str, device, dtype: str = "float32", precision: str = "fp32", key: str = KEY,
+                    trained: bool = True) -> None:
+    """``name`` can run here: its package is installed (:func:`check_installed`), ``device`` has its
+    kernels (:func:`check_device`; ``trained``: the backward's too) and, for flash_attention_2, the
+    stage runs in half precision (flash-attention computes in fp16/bf16 only: ``model.dtype``
+    bfloat16/float16 or ``run.precision`` bf16/fp16). ``device``: the stage's resolved ``torch.device``."""
     if name not in CHOICES:
         raise ConfigError(f"Config key '{key}' = {name!r}: expected one of {', '.join(CHOICES)}.")
     check_installed(name, key)
+    check_device(name, device, trained, key)
     if name != "flash_attention_2":
         return
-    if device.type != "cuda":
-        raise ConfigError(
-            f"Config key '{key}' = 'flash_attention_2' with the stage on {device} (run.device): flash-attention "
-            f"runs on CUDA GPUs only. Run on a GPU (run.device=cuda), or choose {key}=sdpa or eager."
-        )
     if dtype == "float32" and precision == "fp32":
         raise ConfigError(
             f"Config key '{key}' = 'flash_attention_2' with model.dtype = float32 and run.precision = fp32: "

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tether.errors import ModelError, one_line
+from tether.errors import ConfigError, ModelError, one_line
 from tether.models import attn_implementation as attention
 from tether.services import HUB_TIMEOUT_S
 
@@ -119,6 +119,55 @@ def load_tokenizer(name_or_path: str, padding_side: str = "left", key: str | Non
     return tok
 
 
+#: Files a saved tokenizer has at least one of.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def has_tokenizer_files(name_or_path: str) -> bool:
+    """A tokenizer can be read at ``name_or_path``: a local directory holding one of
+    :data:`TOKENIZER_FILES`, or a hub id (its files are looked up when it is loaded)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return any((path / name).exists() for name in TOKENIZER_FILES)
+    return not looks_local(name_or_path)
+
+
+def embedding_rows(config) -> int | None:
+    """The rows of a checkpoint's input embedding, from its config (``vocab_size``; a multimodal
+    config's text config), or None when the config does not say."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    rows = getattr(text, "vocab_size", None)
+    return rows if isinstance(rows, int) and rows > 0 else None
+
+
+def tokenizer_rows(tokenizer) -> int:
+    """The embedding rows ``tokenizer``'s ids need from a checkpoint: its highest id + 1, less the
+    pad :func:`load_tokenizer` added to a tokenizer without one (the model gets that row from
+    :func:`_fit_vocab`, the mean of the others; any other row would be untrained)."""
+    top = max(tokenizer.get_vocab().values()) + 1
+    if tokenizer.pad_token == PAD_TOKEN and tokenizer.pad_token_id == top - 1:
+        return top - 1
+    return top
+
+
+def check_vocab_fits(tokenizer, config, name_or_path: str, key: str | None) -> None:
+    """Every id ``tokenizer`` writes (but tether's own pad) has a row in the embedding of the model
+    at ``name_or_path``, from its config before any weight is read. Resizing the model to a larger
+    tokenizer would silently give those ids rows it never trained (a model.tokenizer of another model)."""
+    rows = embedding_rows(config)
+    if tokenizer is None or rows is None:
+        return
+    need = tokenizer_rows(tokenizer)
+    if need > rows:
+        raise ConfigError(
+            f"The tokenizer '{getattr(tokenizer, 'name_or_path', '?')}' writes token ids up to {need - 1:,}, but "
+            f"the model {_named(name_or_path, key)} has an embedding of {rows:,} rows (vocab_size in its "
+            f"config.json): the ids past {rows - 1:,} would index rows it never trained, and tether does not resize "
+            "a model to another tokenizer. Expected the model's own tokenizer (in a run's config, model.tokenizer: "
+            "null reads the model's directory) or a model trained with this one."
+        )
+
+
 def load_model_config(name_or_path: str, key: str | None = None, trust_remote_code: bool = False):
     """The transformers config of a checkpoint (no weights): architecture, context length, head size."""
     from transformers import AutoConfig
@@ -174,6 +223,8 @@ def disable_dropout(model: nn.Module) -> None:
 
 
 def _fit_vocab(model, tokenizer) -> None:
+    # check_vocab_fits has refused a tokenizer whose own ids exceed the rows: what grows here is
+    # tether's added pad only.
     if tokenizer is not None and model.get_input_embeddings().num_embeddings < len(tokenizer):
         # On the meta device (a dry run) there are no values to average for the new rows.
         model.resize_token_embeddings(len(tokenizer), mean_resizing=not model.get_input_embeddings().weight.is_meta)
@@ -211,6 +262,7 @@ def load_causal_lm(
             f"The model {_named(name_or_path, key)} is a scalar-head checkpoint ({', '.join(_architectures(config))}: "
             "a reward model or critic), not a causal LM; a policy needs a causal LM such as the SFT output."
         )
+    check_vocab_fits(tokenizer, config, name_or_path, key)
     cls = attention.model_class(AutoModelForCausalLM, config)
     attn = attention.resolve(attn_implementation, cls, _named(name_or_path, key))
     try:
@@ -270,6 +322,7 @@ def load_scalar_model(
     config = load_model_config(name_or_path, key, trust_remote_code)
     check_scalar_head_config(config, name_or_path, key)
     config.num_labels = 1
+    check_vocab_fits(tokenizer, config, name_or_path, key)
     cls = attention.model_class(AutoModelForSequenceClassification, config)
     attn = attention.resolve(attn_implementation, cls, _named(name_or_path, key))
     try:

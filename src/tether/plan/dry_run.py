@@ -213,7 +213,8 @@ def _supervised_workload(cfg, stage: str, train: list, limit: int) -> Workload:
     seq, resp = _longest(train)
     return Workload(stage, micro_batch=max(1, o.batch_size // o.grad_accum_steps // _world()), seq=seq or limit,
                     response=resp or limit, precision=cfg.run.precision, dtype=cfg.model.dtype,
-                    grad_ckpt=cfg.gradient_checkpointing)
+                    grad_ckpt=cfg.gradient_checkpointing,
+                    retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)) and settings_device(cfg) == "cpu")
 
 
 def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, scalar: bool) -> Plan:
@@ -365,7 +366,7 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
         response=cfg.rollout.max_new_tokens, precision=cfg.run.precision, dtype=cfg.model.dtype,
         grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.ppo.entropy_coef > 0,
         parallel_roles=bool(getattr(cfg.cpu, "parallel_roles", False)) and settings_device(cfg) == "cpu",
-        retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)),
+        retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)) and settings_device(cfg) == "cpu",
         captured_logprobs=captured_logprobs(cfg.rollout), decode_copy=_decode_copy(cfg)))
     for line in engine_class(cfg.rollout.engine).memory_lines(inputs.actor_params, human_bytes):
         plan.add("memory", line)  # what the generation engine adds (its own copy of the weights, a KV cache)

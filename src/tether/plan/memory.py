@@ -282,8 +282,9 @@ class Workload:
     logprob_chunk: int | None = None
     parallel_roles: bool = False  # cpu.parallel_roles: the actor's and the critic's updates at once
     captured_logprobs: bool = True  # rollout.capture_logprobs: the actor's old log-probs come from sampling
-    #: The update's threads (parallel_roles) allocate from their own glibc arenas, which cannot reuse
-    #: what the main thread's rollout and log-prob passes freed and cpu.retain_memory kept mapped.
+    #: cpu.retain_memory on a CPU: freed heap stays mapped. AdamW's step then adds to the update's
+    #: activations instead of reusing them; and the update's threads (parallel_roles) allocate from
+    #: their own glibc arenas, which cannot reuse what the main thread's rollout and log-prob passes freed.
     retained_heap: bool = False
     decode_copy: int = 0  # bytes per packed weight of the decode loop's oneDNN linears (:func:`decode_copy_bytes`)
 
@@ -311,7 +312,11 @@ def _pass(shape: Shape, run: Workload, role: RoleSize, tokens: int, head: int, g
     out = {"activations": acts, "logits": head, "gradients": role.trained * weight if grad else 0,
            "weight_copies": casts, "optimizer_step": 0}
     step = optimizer_step_bytes(shape, role) if grad else 0
-    if step > acts + head + casts:  # AdamW steps after the backward has freed these: the larger counts
+    if run.retained_heap and run.stage in SUPERVISED_STAGES:
+        # cpu.retain_memory: the heap keeps the pages the backward freed (blocks under 32 MiB), and
+        # AdamW's embedding-sized temporaries are fresh mappings beside them: the two add up.
+        out["optimizer_step"] = step
+    elif step > acts + head + casts:  # AdamW steps after the backward has freed these: the larger counts
         out.update(activations=0, logits=0, weight_copies=0, optimizer_step=step)
     return out
 

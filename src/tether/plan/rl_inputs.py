@@ -41,13 +41,10 @@ class _Roles:
 
 
 def _reference(cfg, tokenizer, actor, roles: _Roles) -> None:
-    from tether.roles.sources import check_reference_tokenizer
-
     if cfg.lora.enabled and not cfg.reference:
         roles.sizes["reference"] = RoleSize()
         roles.lines.append("reference  the actor's base with its adapters off (no copy)")
         return
-    check_reference_tokenizer(cfg, tokenizer)
     shape = actor  # no reference given: the policy's checkpoint again, checked as the actor
     if cfg.reference:
         model = meta_models.causal_lm(cfg.reference, "reference", cfg, tokenizer)
@@ -76,8 +73,6 @@ def _reward_source(cfg, reward, key: str, role: str, tokenizer, roles: _Roles, h
     """The callable, server or reward models of ``reward`` (the reward block or a term, at config
     ``key``), checked as :func:`tether.roles.sources.build_reward` checks them; each reward model
     is sized as role ``role`` (``role0``, ``role1``, ... for an ensemble)."""
-    from tether.models import load_tokenizer
-    from tether.roles.sources import same_vocab as _same_vocab
     from tether.roles.sources import shares_reward_base
     from tether.targets import import_callable
 
@@ -92,7 +87,6 @@ def _reward_source(cfg, reward, key: str, role: str, tokenizer, roles: _Roles, h
         roles.lines.append(f"{head} the reward server at {reward.url} (answered)")
         return
     for i, path in enumerate(reward.models):
-        _same_vocab(tokenizer, load_tokenizer(path, key=f"{key}.models"), f"reward model '{path}'")
         model = meta_models.scalar_model(path, f"{key}.models", cfg, tokenizer)
         roles.add(path, model)
         shape = shape_of(model)
@@ -128,10 +122,12 @@ def _critic(cfg, tokenizer, actor_model, roles: _Roles):
 def rl_inputs(cfg) -> RLInputs:
     from tether.loops.rl_setup import build_evaluator, load_prompt_set, prompt_limit
     from tether.models import load_tokenizer
+    from tether.roles.sources import check_token_id_readers
 
     policy = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    check_token_id_readers(cfg, tokenizer)  # as build_roles: every model reading the policy's ids
     roles = _Roles()
     actor_model = meta_models.causal_lm(policy, "model.name_or_path", cfg, tokenizer)
     roles.add(policy, actor_model)

@@ -31,12 +31,11 @@ from tether.roles.reward import ModelReward, RewardSource
 from tether.roles.sources import (
     SHARED_WITH_CRITIC,
     build_reward,
-    check_reference_tokenizer,
+    check_token_id_readers,
     critic_source,
     shares_reward_base,
 )
 from tether.roles.sources import reward_members as _reward_members
-from tether.roles.sources import same_vocab as _same_vocab
 from tether.rollout import captured_logprobs, make_engine
 
 log = logging.getLogger(__name__)
@@ -76,6 +75,7 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAME
     policy_path = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    check_token_id_readers(cfg, tokenizer)  # every model reading the policy's ids, before any weight
     load = dict(tokenizer=tokenizer, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code,
                 attn_implementation=cfg.model.attn_implementation)
     full_actor = checkpoint is not None and not cfg.lora.enabled
@@ -83,8 +83,6 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAME
                                  key=None if full_actor else "model.name_or_path") if "actor" in needed else None
     # With LoRA and no separate reference, the reference is the actor's base (adapters off).
     shared_reference = cfg.lora.enabled and not cfg.reference
-    if "reference" in needed:
-        check_reference_tokenizer(cfg, tokenizer)
     reference_model = None if shared_reference or "reference" not in needed else load_causal_lm(
         cfg.reference or policy_path, **load, key="reference" if cfg.reference else "model.name_or_path")
     # With LoRA on a critic that starts from the (only) reward model, the reward model is the
@@ -92,8 +90,6 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAME
     if "reward" not in needed:
         reward = None
     elif shares_reward_base(cfg):
-        _same_vocab(tokenizer, load_tokenizer(cfg.reward.models[0], key="reward.models"),
-                    f"reward model '{cfg.reward.models[0]}'")
         reward = SHARED_WITH_CRITIC
     else:
         reward = build_reward(cfg, tokenizer, settings)

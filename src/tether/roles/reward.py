@@ -9,9 +9,10 @@ import torch
 from torch import Tensor
 
 from tether.dispatch import rows
-from tether.errors import ConfigError, ModelError
+from tether.errors import ConfigError
 from tether.models import score_offset
 from tether.models.forward import last_token_scores
+from tether.roles.callable_scores import call_reward, reward_scores
 from tether.types import Rollout
 
 
@@ -60,14 +61,9 @@ class CallableReward:
 
     @rows
     def score(self, rollout: Rollout) -> Tensor:
-        values = self.fn(rollout.prompts, rollout.responses)
-        scores = torch.as_tensor(list(values), dtype=torch.float32)
-        if scores.shape != (len(rollout.prompts),):
-            raise ModelError(
-                f"Reward callable '{self.name}' returned {tuple(scores.shape)} scores for "
-                f"{len(rollout.prompts)} responses; expected one float per response."
-            )
-        return scores
+        # User code: its exceptions and answers are checked here, each one paragraph naming it.
+        values = call_reward(self.fn, self.name, rollout.prompts, rollout.responses)
+        return reward_scores(values, self.name, rollout.responses)
 
 
 def combine_scores(scores: Tensor, how: str, std_coef: float = 1.0) -> Tensor:

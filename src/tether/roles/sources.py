@@ -1,4 +1,5 @@
-"""Where each RL role's model comes from, checked: the reference reads the policy's token ids,
+"""Where each RL role's model comes from, checked: every separate model (the reference, each reward
+model, critic.path) reads the policy's token ids (:func:`check_token_id_readers`, before any weight),
 the critic starts from ``critic.path``, a reward model or the policy, and the reward is a model,
 an ensemble, a python callable, a reward server, the LoRA critic's own base, or a composition of
 named, weighted terms (``reward.terms``)."""
@@ -9,6 +10,7 @@ from tether.config import PPOConfig
 from tether.engines import EngineSettings, InferenceEngine
 from tether.errors import ModelError
 from tether.models import load_scalar_model, load_tokenizer
+from tether.models.loading import has_tokenizer_files
 from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource
 from tether.roles.reward_terms import ComposedReward, LengthPenaltyReward, RegexReward
 from tether.targets import import_callable
@@ -18,8 +20,9 @@ def same_vocab(tok_a, tok_b, name: str) -> None:
     """A model scoring the policy's token ids must read them as the policy does (the same vocabulary)."""
     if tok_a.get_vocab() != tok_b.get_vocab():
         raise ModelError(
-            f"The {name} uses a different tokenizer from the policy; tether scores token ids "
-            "directly, so the reference, the reward model and the critic must share the policy's tokenizer."
+            f"The {name} uses a different tokenizer from the policy ({len(tok_b)} tokens against the policy's "
+            f"{len(tok_a)}, or the same count with other ids); tether scores token ids directly, so the reference, "
+            "the reward model and the critic must share the policy's tokenizer."
         )
 
 
@@ -28,6 +31,48 @@ def check_reference_tokenizer(cfg, tokenizer) -> None:
     are taken of the policy's tokens, so a reference with another vocabulary would score other text."""
     if cfg.reference and cfg.reference not in (cfg.model.name_or_path, cfg.model.tokenizer):
         same_vocab(tokenizer, load_tokenizer(cfg.reference, key="reference"), f"reference '{cfg.reference}'")
+
+
+def token_id_readers(cfg: PPOConfig) -> list[tuple[str, str]]:
+    """(checkpoint, config key) of every separate model of an RL run that reads the policy's token
+    ids: the reference, each reward model (of reward.models or of a term) and the critic's
+    critic.path. Its own source (the policy, or critic.init's reward model, listed already) needs none."""
+    readers = []
+    if cfg.reference and cfg.reference not in (cfg.model.name_or_path, cfg.model.tokenizer):
+        readers.append((cfg.reference, "reference"))
+    readers += cfg.reward.model_sources()
+    if cfg.needs_critic and not cfg.critic.shared_trunk and cfg.critic.path:
+        readers.append((cfg.critic.path, "critic.path"))
+    return readers
+
+
+def check_token_id_readers(cfg: PPOConfig, tokenizer) -> None:
+    """Every model of :func:`token_id_readers` reads token ids as the policy's tokenizer writes them,
+    checked from tokenizer and config files before any weight is read (the run and its dry run). A
+    critic.path without tokenizer files is checked by its embedding's rows (:func:`_same_rows`)."""
+    for path, key in dict.fromkeys(token_id_readers(cfg)):
+        what = {"reference": "reference", "critic.path": "critic"}.get(key, "reward model")
+        if key == "critic.path" and not has_tokenizer_files(path):
+            _same_rows(cfg, path, key)
+            continue
+        same_vocab(tokenizer, load_tokenizer(path, key=key), f"{what} '{path}' ({key})")
+
+
+def _same_rows(cfg: PPOConfig, path: str, key: str) -> None:
+    """A checkpoint without its tokenizer reads the policy's ids only if its embedding has the
+    policy's rows (``vocab_size`` of both configs): one of another vocabulary has other rows."""
+    from tether.models.loading import embedding_rows, load_model_config
+
+    trust = cfg.model.trust_remote_code
+    rows = embedding_rows(load_model_config(path, key, trust))
+    policy = embedding_rows(load_model_config(cfg.model.name_or_path, "model.name_or_path", trust))
+    if rows is not None and policy is not None and rows != policy:
+        raise ModelError(
+            f"The critic '{path}' ({key}) has no tokenizer files to compare, and its embedding has {rows:,} rows "
+            f"against the policy's {policy:,}: it was trained on another tokenizer's ids, and tether scores token "
+            "ids directly. Give a critic trained with the policy's tokenizer (saved beside it), or critic.init=policy "
+            "without critic.path."
+        )
 
 
 def critic_source(cfg: PPOConfig) -> tuple[str, str]:
@@ -71,8 +116,7 @@ def _source(spec, key: str, cfg: PPOConfig, tokenizer, settings: EngineSettings)
         remote.check()
         return remote
     members = []
-    for path in spec.models:
-        same_vocab(tokenizer, load_tokenizer(path, key=f"{key}.models"), f"reward model '{path}'")
+    for path in spec.models:  # their tokenizers: check_token_id_readers, before any weight
         model = load_scalar_model(path, tokenizer, cfg.model.dtype, key=f"{key}.models",
                                   attn_implementation=cfg.model.attn_implementation)
         members.append(ModelReward(InferenceEngine(model, settings.device, settings.precision), path))

@@ -5,7 +5,8 @@ vLLM holds its own copy of the policy, so the loop syncs it after each update
 in buckets of at most ``rollout.vllm.sync_bucket_mb`` to the engine's worker(s) through
 ``LLM.collective_rpc`` to methods tether adds to the worker (:mod:`tether.rollout.vllm_worker`),
 which stage them. The worker's model runner then reloads them in
-place (``reload_weights``, the path that also repacks the CPU backend's linear weights).
+place (``reload_weights``, the path that also repacks the CPU backend's linear weights), less a
+tied output head that vLLM's model has no ``lm_head`` for (:func:`~tether.rollout.vllm_worker.loadable`).
 ``rollout.vllm.check_sync`` re-scores a few sampled tokens after every sync and compares the
 engine's log-probs with the actor's (:func:`sync_check`).
 
@@ -353,6 +354,10 @@ class VLLMGenerationEngine:
             self.llm.collective_rpc("tether_stage", args=(pack(bucket), first))
             sent += size
         self.llm.collective_rpc("tether_reload")
+        # Cached prefixes hold keys and values the old weights computed: a later prompt that shares
+        # one would be sampled partly from them (and a resumed run, whose cache starts empty, would
+        # sample otherwise than the uninterrupted one).
+        self.llm.reset_prefix_cache()
         return sent / 2**20
 
     # -- sampling --------------------------------------------------------------------------
@@ -398,7 +403,7 @@ class VLLMGenerationEngine:
         try:
             outputs = []
             for lo in range(0, len(requests), size):
-                outputs += self.llm.generate(requests[lo: lo + size], sampling[lo: lo + size], use_tqdm=False)
+                outputs += self._generate_together(requests[lo: lo + size], sampling[lo: lo + size])
         except Exception as err:
             stopped = self._stopped(err, doing)
             if stopped is None:
@@ -406,6 +411,21 @@ class VLLMGenerationEngine:
             raise stopped from None
         return self._rollout(outputs, [p for p in prompt_ids for _ in range(n)],
                              [t for t in prompts for _ in range(n)], params, capture, on_step)
+
+    def _generate_together(self, requests: list, sampling: list) -> list:
+        """``LLM.generate`` with every request queued before the engine schedules its first step.
+
+        The engine core runs in its own process and batches whatever requests have reached it when
+        it steps: a busy machine delivers them at other moments, so the batches (and with them the
+        float rounding of every logit, and so the sampled tokens) would depend on the load. Paused
+        scheduling (vLLM's ``sleep(level=0)``) while the requests are queued makes the batches a
+        function of the requests alone, as vLLM's ``enqueue`` documents."""
+        self.llm.sleep(level=0, mode="keep")
+        try:
+            self.llm.enqueue(requests, sampling, use_tqdm=False)
+        finally:
+            self.llm.wake_up(tags=["scheduling"])
+        return self.llm.wait_for_completion(use_tqdm=False)
 
     def _rollout(self, outputs, prompt_ids, prompts, params, capture: bool, on_step: StepHook | None) -> Rollout:
         tok = self.tokenizer

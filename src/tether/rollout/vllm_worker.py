@@ -20,6 +20,21 @@ def _not_rotary(record: logging.LogRecord) -> bool:
                 and str(record.args[0]) == "RotaryEmbedding")
 
 
+#: The output head's weight as a Hugging Face causal LM names it.
+HEAD = "lm_head.weight"
+
+
+def loadable(staged: list, module_names) -> list:
+    """The staged (name, tensor) pairs the model can take: all, less the output head's when the
+    model has no module named ``lm_head``. Such a model's head is its input embedding (tied, as
+    vLLM builds Gemma-2), which arrives under its own name; the head's name would fail the whole
+    reload. A model with an ``lm_head`` of its own (vLLM's Llama, tied or not) takes the name: its
+    head's packed CPU copy is refreshed only by loading it."""
+    if "lm_head" in module_names:
+        return staged
+    return [(name, tensor) for name, tensor in staged if name != HEAD]
+
+
 class WeightSync:
     """Mixed into vLLM's worker class: ``self`` is the worker (``self.model_runner``)."""
 
@@ -34,9 +49,12 @@ class WeightSync:
         return len(self._tether_staged)
 
     def tether_reload(self) -> int:
-        """Reload the staged weights in place (the CPU backend repacks its linear weights), then
-        drop them; returns how many tensors were loaded."""
-        staged = getattr(self, "_tether_staged", [])
+        """Reload the staged weights the model can take (:func:`loadable`) in place (the CPU backend
+        repacks its linear weights), then drop them; returns how many tensors were loaded."""
+        model = self.model_runner.get_model()
+        if not hasattr(self, "_tether_modules"):  # every name, aliases too (a head tied by assignment)
+            self._tether_modules = frozenset(name for name, _ in model.named_modules(remove_duplicate=False))
+        staged = loadable(getattr(self, "_tether_staged", []), self._tether_modules)
         reload_log = logging.getLogger(_RELOAD_LOGGER)
         if _not_rotary not in reload_log.filters:
             reload_log.addFilter(_not_rotary)

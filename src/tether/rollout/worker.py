@@ -22,10 +22,13 @@ its copy on the actor's device (a second process on the same GPU, when the actor
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import sys
 import threading
 import time
 import traceback
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +85,7 @@ class RolloutWorker:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=serve, args=(child, spec), name="tether-rollout-worker", daemon=True)
-        self._process.start()
+        start_without_main(self._process)
         child.close()
         self._outbox: queue.Queue = queue.Queue()
         self._send_error: BaseException | None = None
@@ -163,6 +166,36 @@ class RolloutWorker:
             code = self._process.exitcode if self._process is not None else None
             raise TrainingError(f"the rollout worker exited (exit code {code}) before sending a rollout; "
                                 "its error, if any, is above.") from None
+
+
+@contextlib.contextmanager
+def _main_hidden():
+    """``sys.modules['__main__']`` replaced by an empty module for the duration of the block.
+
+    A spawned child re-imports the parent's ``__main__`` (by ``__spec__`` name or ``__file__``, as
+    ``multiprocessing.spawn.get_preparation_data`` records them at ``Process.start()``) before it
+    runs its target. A user's script without an ``if __name__ == "__main__":`` guard would then run
+    its training calls again in the child. The worker's target and arguments live in tether's and
+    the libraries' modules, so the child needs nothing from ``__main__``: an empty stand-in (no
+    ``__file__``, no ``__spec__``) tells the child to leave its own ``__main__`` alone."""
+    main = sys.modules.get("__main__")
+    stand_in = types.ModuleType("__main__")
+    stand_in.__spec__ = None
+    sys.modules["__main__"] = stand_in
+    try:
+        yield
+    finally:
+        if main is None:
+            sys.modules.pop("__main__", None)
+        else:
+            sys.modules["__main__"] = main
+
+
+def start_without_main(process) -> None:
+    """``process.start()`` for a spawned process whose target needs nothing from the caller's
+    ``__main__``: the child never re-runs the caller's script (see :func:`_main_hidden`)."""
+    with _main_hidden():
+        process.start()
 
 
 class EngineThread:

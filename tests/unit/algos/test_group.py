@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tether.algos.group import (
+    MAX_SEQUENCE_LOG_RATIO,
     aggregate,
     aggregation_weight,
     asymmetric_clipped_surrogate,
@@ -141,3 +142,88 @@ def test_sequence_ratio_gradient_is_spread_over_the_response():
 def test_unknown_ratio_level():
     with pytest.raises(ValueError, match="ratio level"):
         importance_ratio(RATIO_LOGP, RATIO_OLD, RATIO_MASK, "response")
+
+
+# sequence_product overflow: float32's exp passes its range at a log-ratio of ~88.7. The summed
+# log-ratio s is spread over 4 tokens; the clip is (0.2, 0.28) and the loss the response's
+# -surrogate (sequence_mean of one response).
+CAP = MAX_SEQUENCE_LOG_RATIO
+LOG_RATIOS = [0.0, 19.0, 50.0, -50.0, 88.0, -88.0, 89.0, -89.0, 1e3, -1e3, 1e4, -1e4]
+
+
+def expected_loss_and_token_grad(s: float, adv: float, low: float = 0.2, high: float = 0.28):
+    """By hand, in float64: r = exp(min(s, cap)); loss = -min(r*A, clip(r)*A); d loss / d logp_t is
+    -A*r on the unclipped branch below the cap, 0 on the clipped branch or above the cap."""
+    r = math.exp(min(s, CAP))
+    unclipped, clipped = r * adv, min(max(r, 1 - low), 1 + high) * adv
+    grad = -adv * r if unclipped <= clipped and s < CAP else 0.0
+    return -min(unclipped, clipped), grad
+
+
+@pytest.mark.parametrize("adv", [1.0, -1.0])
+@pytest.mark.parametrize("s", LOG_RATIOS)
+def test_sequence_product_is_finite_in_value_and_gradient(s, adv):
+    logp = torch.full((1, 4), s / 4, requires_grad=True)
+    old, mask = torch.zeros(1, 4), torch.ones(1, 4)
+    ratio = importance_ratio(logp, old, mask, "sequence_product")
+    loss = -aggregate(asymmetric_clipped_surrogate(ratio, torch.full((1, 4), adv), 0.2, 0.28), mask, "sequence_mean")
+    loss.backward()
+    value, grad = expected_loss_and_token_grad(s, adv)
+    assert math.isfinite(float(loss.detach())) and bool(torch.isfinite(logp.grad).all())
+    assert float(loss.detach()) == pytest.approx(value, rel=1e-5, abs=1e-30)
+    torch.testing.assert_close(logp.grad, torch.full((1, 4), grad), rtol=1e-5, atol=1e-30)
+
+
+def test_sequence_product_hand_worked_beyond_the_cap():
+    # A = 1: the clip holds the surrogate at 1.28 from r = 1.28 on, gradient 0: the cap changes nothing.
+    assert expected_loss_and_token_grad(1e4, 1.0) == (-1.28, 0.0)
+    # A = -1: r*A held at -e^20 (a dual clip at e^20), gradient 0 beyond it; just under: -A * e^19.
+    assert expected_loss_and_token_grad(50.0, -1.0) == (math.exp(20.0), 0.0)
+    assert expected_loss_and_token_grad(19.0, -1.0) == (math.exp(19.0), math.exp(19.0))
+    # s = -50, A = 1: the unclipped branch, r = e^-50, gradient -e^-50.
+    assert expected_loss_and_token_grad(-50.0, 1.0) == (-math.exp(-50.0), -math.exp(-50.0))
+
+
+@pytest.mark.parametrize("s", [1e4, -1e4, 89.0 * 4])
+def test_sequence_ratio_is_finite_for_huge_mean_log_ratios(s):
+    logp = torch.full((1, 4), s / 4, requires_grad=True)
+    ratio = importance_ratio(logp, torch.zeros(1, 4), torch.ones(1, 4), "sequence")
+    ratio.sum().backward()
+    assert bool(torch.isfinite(ratio).all()) and bool(torch.isfinite(logp.grad).all())
+    assert float(ratio.detach()[0, 0]) == pytest.approx(math.exp(min(s / 4, CAP)), rel=1e-6)
+
+
+def test_token_ratios_are_not_capped():
+    assert float(importance_ratio(torch.tensor([[30.0]]), torch.zeros(1, 1), torch.ones(1, 1), "token")) == \
+        pytest.approx(math.exp(30.0), rel=1e-6)
+
+
+# RLOO's estimator (Ahmadian et al. 2024, eq. 6) at ratio 1: the loss gradient at logp_{i,t} is
+# -A_i / B with sequence_product and sequence_mean. Other settings reweigh response i (|y_i| its
+# length, T = sum of lengths, M = max_tokens): the weights docs/algorithms.md states.
+LENGTHS = torch.tensor([1, 2, 3])
+EST_MASK = (torch.arange(3)[None, :] < LENGTHS[:, None]).long()
+EST_ADV = torch.tensor([1.5, -0.5, -1.0])
+B, T, M = 3, 6, 3
+
+
+@pytest.mark.parametrize("level, how, per_response", [
+    ("sequence_product", "sequence_mean", lambda n: 1 / B),  # the paper's
+    ("token", "sequence_mean", lambda n: 1 / (B * n)),
+    ("sequence", "sequence_mean", lambda n: 1 / (B * n)),
+    ("token", "token_mean", lambda n: 1 / T),
+    ("sequence", "token_mean", lambda n: 1 / T),
+    ("token", "fixed_normalizer", lambda n: 1 / (B * M)),
+    ("sequence", "fixed_normalizer", lambda n: 1 / (B * M)),
+    ("sequence_product", "token_mean", lambda n: n / T),
+    ("sequence_product", "fixed_normalizer", lambda n: n / (B * M)),
+])
+def test_the_ratio_one_gradient_of_each_level_and_aggregation(level, how, per_response):
+    logp = torch.full((3, 3), -1.0, requires_grad=True)
+    ratio = importance_ratio(logp, logp.detach(), EST_MASK, level)
+    adv = EST_ADV[:, None].expand(3, 3)
+    loss = -aggregate(asymmetric_clipped_surrogate(ratio, adv, 0.2, 0.2), EST_MASK, how, max_tokens=M)
+    loss.backward()
+    weight = torch.tensor([per_response(float(n)) for n in LENGTHS])
+    expected = torch.where(EST_MASK.bool(), -EST_ADV[:, None] * weight[:, None], torch.zeros(3, 3))
+    torch.testing.assert_close(logp.grad, expected)

@@ -275,7 +275,7 @@ def test_config_block_and_validation() -> None:
         from_dict(HealthConfig, {"print_level": "debug"})
     assert set(RULES) == {"kl_barely_moved", "kl_drifting", "kl_catastrophic", "reward_hacking",
                           "entropy_collapse", "value_loss_exploding", "clipfrac_zero", "clipfrac_high",
-                          "eos_collapse", "off_policy_drift"}
+                          "eos_collapse", "off_policy_drift", "nothing_to_learn"}
 
 
 def test_health_config_is_the_config_block() -> None:
@@ -297,3 +297,41 @@ def test_health_module_imports_first_without_a_cycle() -> None:
     code = "import tether.eval.health, tether.config; print(tether.config.PPOConfig.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+# -- nothing_to_learn: a run whose updates train nothing says so within its first iterations ------------
+
+def zero_rows(n: int, **extra) -> list[dict]:
+    return [{"objective/kl": 0.0, "optim/grad_norm": 0.0, "ppo/actor_trained": 1.0, **extra} for _ in range(n)]
+
+
+@pytest.mark.parametrize("extra, cause", [
+    ({"pairs/fraction": 0.0, "response/eos_rate": 0.0}, "online DPO formed no pair"),
+    ({"selection/kept": 0.0}, "rejection sampling kept no response"),
+    ({"objective/score_std": 0.0, "response/eos_rate": 0.0}, "reward.eos_penalty gave each the same score"),
+    ({"objective/score_std": 0.4}, "the loss does not depend on the weights"),
+])
+def test_zero_gradients_fire_at_the_second_iteration_despite_the_warm_up(extra, cause) -> None:
+    monitor = HealthMonitor(HealthConfig(), echo=None)  # warmup_iters 5: no other rule judges yet
+    fired = [monitor.observe(it, row) for it, row in enumerate(zero_rows(3, **extra), 1)]
+    assert fired[0] == [] and [a.name for a in fired[1]] == ["nothing_to_learn"] and fired[2] == []
+    alarm = fired[1][0]
+    assert alarm.level == "alarm" and alarm.iteration == 2 and cause in alarm.message, alarm.message
+
+
+def test_one_zero_gradient_or_a_critic_warm_up_is_not_nothing_to_learn() -> None:
+    monitor = HealthMonitor(HealthConfig(), echo=None)
+    rows = [{"optim/grad_norm": 0.0}, {"optim/grad_norm": 0.3}, {"optim/grad_norm": 0.0},
+            {"optim/grad_norm": 0.0, "ppo/actor_trained": 0.0}, {"optim/grad_norm": 1e-9}]
+    assert [a for it, row in enumerate(rows, 1) for a in monitor.observe(it, row)] == []
+    # The alarm clears when a gradient comes back, and fires again if it goes.
+    monitor = HealthMonitor(HealthConfig(no_signal_iters=1), echo=None)
+    names = [[a.name for a in monitor.observe(it, {"optim/grad_norm": g})] for it, g in enumerate([0, 1, 0], 1)]
+    assert names == [["nothing_to_learn"], [], ["nothing_to_learn"]]
+
+
+def test_nothing_to_learn_can_stop_the_run() -> None:
+    monitor = HealthMonitor(HealthConfig(stop_on=["nothing_to_learn"]), echo=None)
+    for it, row in enumerate(zero_rows(2), 1):
+        monitor.observe(it, row)
+    assert monitor.should_stop and "nothing_to_learn" in monitor.stop_reason

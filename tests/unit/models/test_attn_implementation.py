@@ -137,6 +137,54 @@ def test_flash_attention_on_cuda_in_half_precision_passes(monkeypatch, dtype, pr
     check_attention("flash_attention_2", torch.device("cuda", 0), dtype, precision)
 
 
-@pytest.mark.parametrize("name", ["sdpa", "eager", "flex_attention"])
+@pytest.mark.parametrize("name", ["sdpa", "eager"])
 def test_the_others_run_on_a_cpu(name):
     check_attention(name, torch.device("cpu"))
+
+
+def test_flex_attention_for_a_trained_model_on_a_cpu_is_refused_naming_torchs_reason():
+    """flex_attention runs forward on a CPU, but this torch has no backward there: a run would fail
+    at its first update, so it is refused when the settings are made."""
+    if attention.flex_backward_missing("cpu") is None:
+        pytest.skip("this torch has a FlexAttention backward on a CPU")
+    with pytest.raises(ConfigError) as info:
+        check_attention("flex_attention", torch.device("cpu"))
+    text = str(info.value)
+    one_paragraph(text)
+    assert "'model.attn_implementation' = 'flex_attention'" in text and "no FlexAttention backward on a CPU" in text
+    assert "does not support backward on CPU" in text  # torch's own words
+    assert "sdpa (the default) or eager" in text
+
+
+def test_flex_attention_is_refused_only_where_torch_lacks_the_backward(monkeypatch):
+    """The gap is asked of torch, not written down: a torch with the kernel passes; a frozen model
+    (no backward) passes; CUDA is never probed."""
+    check_attention("flex_attention", torch.device("cpu"), trained=False)
+    assert attention.flex_backward_missing.__wrapped__("cuda") is None
+    monkeypatch.setattr(attention, "flex_backward_missing", lambda device_type: None)  # a torch with the kernel
+    check_attention("flex_attention", torch.device("cpu"))
+
+
+def test_flex_attentions_cpu_gap_is_real():
+    """The probe agrees with a model: a Llama under flex_attention has no backward on this CPU
+    exactly when the probe says so."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    config._attn_implementation = "flex_attention"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    ids = torch.randint(0, 32, (1, 6))
+    with torch.no_grad():
+        model(ids)  # the forward runs
+    try:
+        model(ids).logits.sum().backward()
+        has_backward = True
+    except NotImplementedError:
+        has_backward = False
+    assert has_backward == (attention.flex_backward_missing("cpu") is None)
+
+
+def test_every_device_gap_names_an_implementation_tether_offers():
+    assert {name for name, _, _ in attention.DEVICE_GAPS} <= set(attention.CHOICES)

@@ -183,6 +183,11 @@ def test_sft_peak_by_hand():
     assert (wide["optimizer_step"], wide["activations"], wide["logits"]) == (2 * 2000 * 16 * 4, 0, 0)
     assert wide["total"] == 4000 + 4000 + 8000 + 256_000
     assert peak["phase"] == "update" and set(peak["phases"]) == {"update"}
+    # cpu.retain_memory: the heap keeps what the backward freed, and AdamW's temporaries come beside it.
+    kept = predict_peak(Shape(16, 40, 2, 4, 2, vocab=2000), {"policy": RoleSize(trained=1000)},
+                        Workload("sft", micro_batch=1, seq=5, retained_heap=True), baseline=0)["split"]
+    assert (kept["optimizer_step"], kept["activations"], kept["logits"]) == (256_000, 19_200, 128_000)
+    assert kept["total"] == 4000 + 4000 + 8000 + 256_000 + 19_200 + 128_000
 
 
 def test_rl_phases_and_the_peak():

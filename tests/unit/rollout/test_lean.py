@@ -54,12 +54,16 @@ def test_bf16_decode_with_packed_weights_samples_what_autocast_samples(monkeypat
 
     onednn.use_onednn_linears(model)
     trunk, head = [], []
-    model.base_model.layers[0].mlp.down_proj.register_forward_hook(lambda m, args, out: trunk.append(m._packed.dtype))
+    model.base_model.layers[0].mlp.down_proj.register_forward_hook(
+        lambda m, args, out: trunk.append(m._packed.dtype) if m._packed is not None else None)
     model.lm_head.register_forward_hook(lambda m, args, out: head.append(m._packed.dtype))
     got = sample(LeanGenerationEngine(model, setup.tokenizer, autocast="bf16",
                                       decode_context=onednn.packed_linears), setup)
 
-    assert trunk and set(trunk) == {torch.bfloat16}, "the decode steps did not use bf16 packed weights"
+    if onednn.bf16_packing_available():
+        assert trunk and set(trunk) == {torch.bfloat16}, "the decode steps did not use bf16 packed weights"
+    else:  # a CPU without AVX-512 (some AMD EPYC): the trunk runs as autocast does, nothing bf16 packed
+        assert not trunk, "a bf16 weight was packed where oneDNN cannot"
     assert head and set(head) == {torch.float32}, "the LM head did not use an fp32 packed weight"
     assert torch.equal(got.response_ids, want.response_ids)
     real = want.response_mask.bool()

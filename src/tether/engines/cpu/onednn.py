@@ -30,6 +30,7 @@ for fp32 only inside compiled inference graphs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from contextlib import contextmanager
@@ -52,6 +53,20 @@ def onednn_available() -> bool:
     ops = torch.ops.mkldnn
     return (torch.backends.mkldnn.is_available() and hasattr(ops, "_linear_pointwise")
             and hasattr(ops, "_reorder_linear_weight"))
+
+
+@functools.cache
+def bf16_packing_available() -> bool:
+    """oneDNN can pack a bf16 weight on this CPU. Its bf16 reorder needs AVX-512 (BW, VL, DQ) or
+    AVX-NE-CONVERT, which some of the fleet's AMD EPYC machines lack ("mkldnn_reorder_linear_weight:
+    bf16 path needs the cpu support ..."): asked of oneDNN itself, once, on a 16 × 16 weight."""
+    if not onednn_available():
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16), 1)
+    except RuntimeError:
+        return False
+    return True
 
 
 #: ``cpu.linear_backend=auto`` by CPU vendor and ``run.precision``, from in-process A/Bs of whole
@@ -209,7 +224,8 @@ def packed_linears(model: nn.Module, rows: int, fp32: tuple[nn.Module, ...] = ()
     off (the decode loop's LM head under bf16 autocast). ``rows`` is the expected number of input
     rows per product (the batch), a layout hint only: any row count gives the right result.
     Layers whose product at ``rows`` rows is below :data:`MIN_MACS` are not packed (they run in
-    aten). The weights must not change inside the block.
+    aten), nor bf16 copies on a CPU whose oneDNN cannot make them (:func:`bf16_packing_available`).
+    The weights must not change inside the block.
     """
     dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32
     keep_fp32 = {id(m) for m in fp32}
@@ -217,7 +233,9 @@ def packed_linears(model: nn.Module, rows: int, fp32: tuple[nn.Module, ...] = ()
         (m, torch.float32 if id(m) in keep_fp32 else dtype) for m in model.modules()
         if type(m) is OneDNNLinear and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
         and rows * m.weight.numel() >= MIN_MACS]
-    modules = [(m, d) for m, d in modules if d in (torch.float32, torch.bfloat16)]
+    # bf16 copies only where oneDNN can make them; otherwise those layers run as autocast runs them.
+    packable = (torch.float32, torch.bfloat16) if bf16_packing_available() else (torch.float32,)
+    modules = [(m, d) for m, d in modules if d in packable]
     try:
         with torch.no_grad():
             for m, d in modules:

@@ -11,6 +11,7 @@ from tether.bench.profile import OpClock
 from tether.engines.cpu import onednn
 from tether.engines.cpu.onednn import (
     OneDNNLinear,
+    bf16_packing_available,
     linear_flops,
     onednn_available,
     onednn_linear,
@@ -26,6 +27,9 @@ pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build
 def every_product_in_onednn(monkeypatch):
     """The test shapes are far below the size threshold: send every product to oneDNN."""
     monkeypatch.setattr(onednn, "MIN_MACS", 0)
+
+#: Tests of bf16 packed copies, which oneDNN makes only on CPUs with AVX-512 or AVX-NE-CONVERT.
+BF16_PACKING = pytest.mark.skipif(not bf16_packing_available(), reason="this CPU's oneDNN cannot pack bf16 weights")
 
 
 def _close(a, b, tol=1e-5):
@@ -172,6 +176,7 @@ def test_only_layers_above_the_threshold_are_packed(monkeypatch):
     assert packed == mlp | {"lm_head"} and n == len(packed)
 
 
+@BF16_PACKING
 def test_under_bf16_autocast_bf16_copies_are_packed_and_give_autocasts_products():
     model = _llama()
     use_onednn_linears(model)
@@ -188,6 +193,7 @@ def test_under_bf16_autocast_bf16_copies_are_packed_and_give_autocasts_products(
     assert all(m._packed is None for m in model.modules() if type(m) is OneDNNLinear)
 
 
+@BF16_PACKING
 def test_bf16_packed_weights_serve_only_bf16_autocast():
     model = _llama()
     use_onednn_linears(model)
@@ -201,6 +207,7 @@ def test_bf16_packed_weights_serve_only_bf16_autocast():
         assert _close(fp32, torch.nn.functional.linear(x, layer.weight))
 
 
+@BF16_PACKING
 def test_layers_named_fp32_keep_an_fp32_packed_copy_under_bf16_autocast():
     """The lean decode loop's LM head: packed in fp32 and multiplied with autocast off."""
     model = _llama()
@@ -216,6 +223,24 @@ def test_layers_named_fp32_keep_an_fp32_packed_copy_under_bf16_autocast():
                 got = model.lm_head(h)
     assert got.dtype == torch.float32 and _close(got, want)
     assert model.lm_head._packed is None
+
+
+def test_without_bf16_packing_the_layers_run_as_autocast_does(monkeypatch):
+    """A CPU whose oneDNN cannot pack bf16 (no AVX-512, as on some AMD EPYC machines): the trunk
+    keeps no copy and multiplies as autocast does; the fp32 copies are still made."""
+    from tether.engines.cpu import onednn
+
+    monkeypatch.setattr(onednn, "bf16_packing_available", lambda: False)
+    model = _llama()
+    use_onednn_linears(model)
+    ids = torch.randint(0, 64, (4, 9))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = model.model(input_ids=ids).last_hidden_state
+        with packed_linears(model, rows=4, fp32=(model.lm_head,)) as n:
+            assert n == 1 and model.lm_head._packed.dtype == torch.float32
+            assert model.model.layers[0].mlp.up_proj._packed is None
+            trunk = model.model(input_ids=ids).last_hidden_state
+    assert torch.equal(trunk, plain)  # the very products autocast runs
 
 
 def test_nothing_is_packed_under_fp16_autocast():

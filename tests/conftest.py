@@ -40,3 +40,16 @@ def policy_and_fresh_rm(tiny_task, tmp_path_factory):
     rm.save_pretrained(rm_dir)
     tok.save_pretrained(rm_dir)
     return {"policy": base, "rm": rm_dir, "task": tiny_task["dir"]}
+
+
+@pytest.fixture
+def no_weights_read(monkeypatch):
+    """A test that must finish before any weight is read: transformers' from_pretrained of a causal
+    LM or a scalar-head model fails it."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("from_pretrained was called")
+
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForSequenceClassification):
+        monkeypatch.setattr(auto, "from_pretrained", refuse)

@@ -20,11 +20,11 @@ import torch
 import yaml
 
 from tether.config import from_dict, rebase_paths, to_dict
+from tether.config.saved import SAVED_STAGE, SAVED_WORKDIR
 from tether.errors import ConfigError
 from tether.outputs import check_output_dir
 
 MANIFEST = "tether_checkpoint.json"
-WORKDIR = "workdir"  # config.yaml's record of the directory the run was started from
 
 
 def seed_everything(seed: int) -> None:
@@ -130,7 +130,7 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
         record = _Prepared(out, out.exists(), config.read_bytes() if config.is_file() else None)
         guard.append(record)
     # The launch directory: relative input paths in the config are relative to it (--resume).
-    resolved = {"stage": stage, WORKDIR: os.getcwd(), **to_dict(cfg)}
+    resolved = {SAVED_STAGE: stage, SAVED_WORKDIR: os.getcwd(), **to_dict(cfg)}
     existing = out / "config.yaml"
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
@@ -175,8 +175,8 @@ def _same_run(old: dict | None, new: dict, cls: type) -> bool:
         return False
 
     def normal(data: dict) -> dict:
-        base = data.get(WORKDIR) or os.getcwd()
-        body = {k: v for k, v in data.items() if k not in (WORKDIR, "stage")}
+        base = data.get(SAVED_WORKDIR) or os.getcwd()
+        body = {k: v for k, v in data.items() if k not in (SAVED_WORKDIR, SAVED_STAGE)}
         try:
             # Canonical form: keys renamed since (MOVED_KEYS) and defaults of keys added since.
             body = rebase_paths(cls, to_dict(from_dict(cls, body)), base)
@@ -185,7 +185,7 @@ def _same_run(old: dict | None, new: dict, cls: type) -> bool:
         run = body.get("run")
         if isinstance(run, dict):
             body["run"] = {k: v for k, v in run.items() if k != "out"}
-        return {"stage": data.get("stage"), **body}
+        return {SAVED_STAGE: data.get(SAVED_STAGE), **body}
 
     return normal(old) == normal(new)
 
@@ -193,7 +193,7 @@ def _same_run(old: dict | None, new: dict, cls: type) -> bool:
 def check_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, resume: bool = False) -> Path:
     """Refuse (read-only) a directory that holds a different run, before any work is done."""
     out = Path(out)
-    resolved = {"stage": stage, **to_dict(cfg)}
+    resolved = {SAVED_STAGE: stage, **to_dict(cfg)}
     existing = out / "config.yaml"
     if out.exists() and not out.is_dir():
         raise ConfigError(f"Output directory '{out}' is a file, not a directory. Choose another run.out.")

@@ -9,17 +9,6 @@ import pytest
 from bad_input_helpers import assert_clean_error, cli, good_prompts, good_sft, ppo_args, sft_args, write_jsonl
 
 
-@pytest.fixture
-def no_weights_read(monkeypatch):
-    import transformers
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("from_pretrained was called")
-
-    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForSequenceClassification):
-        monkeypatch.setattr(auto, "from_pretrained", refuse)
-
-
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_ppo_critic_path_of_another_tokenizer(task, foreign, tmp_path, capsys, no_weights_read, dry_run):
     """A critic of a 300-token BPE vocabulary beside a policy of the task's 133 word tokens: it would

@@ -73,7 +73,3 @@ def first_true(flags: torch.Tensor) -> torch.Tensor:
     positions = torch.arange(flags.shape[1], device=flags.device).expand_as(flags)
     return torch.where(flags, positions, torch.full_like(positions, flags.shape[1])).min(dim=1).values
 
-
-def first_argmax(x: torch.Tensor) -> torch.Tensor:
-    """(G, K) -> (G,) the first column holding each row's maximum."""
-    return first_true(x == x.max(dim=1, keepdim=True).values)

@@ -52,24 +52,21 @@ def _resume_config(args):
     """
     from pathlib import Path
 
-    from tether.config import from_dict, rebase_paths
-    from tether.config.base import read_yaml
+    from tether.config import from_dict
+    from tether.config.saved import read_preset
     from tether.errors import ConfigError
-    from tether.runs import WORKDIR
 
     if args.config or args.overrides:
         raise ConfigError("--resume continues a run with its saved config: drop --config and overrides.")
     path = Path(args.resume) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"--resume '{args.resume}': no config.yaml there; it is not a tether run directory.")
-    data = read_yaml(path)  # a hand-edited, broken config.yaml is a ConfigError, not a traceback
-    stage = data.pop("stage", None)
+    cls = _config_class(args.command)
+    # A hand-edited, broken config.yaml is a ConfigError, not a traceback; relative inputs are
+    # read from the directory the run was started from.
+    data, stage = read_preset(cls, path)
     if stage != args.command:
         raise ConfigError(f"--resume '{args.resume}' holds a '{stage}' run, not '{args.command}'.")
-    workdir = data.pop(WORKDIR, None)
-    cls = _config_class(args.command)
-    if isinstance(workdir, str) and Path(workdir).is_dir():
-        data = rebase_paths(cls, data, workdir)
     run = data.get("run")
     data["run"] = {**(run if isinstance(run, dict) else {}), "out": str(Path(args.resume))}
     return from_dict(cls, data)

@@ -458,18 +458,14 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-#: The keys a run adds to the config it saves as ``RUN/config.yaml`` (tether.runs.prepare_run_dir):
-#: the stage that ran it and the directory it was started from. They are no config keys, but a
-#: saved config is a preset like any other, so :func:`load_config` reads them instead of refusing.
-SAVED_STAGE, SAVED_WORKDIR = "stage", "workdir"
-
-
 def load_config(cls: type, path: str | Path | None = None, overrides: list[str] = ()) -> Any:
     """Preset YAML (optional) + dotted overrides -> validated, frozen config of type ``cls``.
 
     The preset may be a run's own saved ``config.yaml`` (:func:`read_preset`): it loads for the
     stage that saved it only (:func:`check_saved_stage`, after the overrides, which may name the
     RL algorithm)."""
+    from tether.config.saved import check_saved_stage, read_preset
+
     data, saved = read_preset(cls, path) if path else ({}, None)
     for text in overrides:
         keys, value = parse_override(text)
@@ -477,42 +473,6 @@ def load_config(cls: type, path: str | Path | None = None, overrides: list[str] 
     if saved is not None:
         check_saved_stage(cls, saved, data, path)
     return from_dict(cls, data)
-
-
-def read_preset(cls: type, path: str | Path) -> tuple[dict, Any]:
-    """(the preset's keys, the stage that saved it or None). A run's saved ``config.yaml`` holds
-    the run's bookkeeping (:data:`SAVED_STAGE`, :data:`SAVED_WORKDIR`): both are taken out, and its
-    relative input paths are read from the directory that run was started from, as ``--resume``
-    reads them."""
-    data = read_yaml(path)
-    if SAVED_STAGE not in data:
-        return data, None
-    saved = data.pop(SAVED_STAGE)
-    workdir = data.pop(SAVED_WORKDIR, None)
-    if isinstance(workdir, str) and Path(workdir).is_dir():
-        data = rebase_paths(cls, data, workdir)
-    return data, saved
-
-
-def check_saved_stage(cls: type, saved: Any, data: dict, path: str | Path) -> None:
-    """A saved run's config is loaded only for the stage that saved it: another stage's keys would
-    be refused one by one (or, between RL algorithms, run the wrong algorithm)."""
-    from tether.algorithms.registry import DEFAULT_ALGORITHM, PLUGINS_ENV
-    from tether.stages import stages
-
-    table = stages()
-    spec = table.get(saved) if isinstance(saved, str) else None
-    if spec is None:
-        raise ConfigError(f"Config file '{path}' has key '{SAVED_STAGE}' = {saved!r}: expected the stage of the run "
-                          f"that saved it, one of {', '.join(table)} (a plugin algorithm's stage exists only while "
-                          f"{PLUGINS_ENV} loads it).")
-    runs = data.get("algorithm", DEFAULT_ALGORITHM)  # an RL config's stage is its algorithm
-    if spec.config_class() is not cls or (spec.algorithm and runs != spec.algorithm):
-        ran = [name for name, other in table.items() if other.config_class() is cls and (
-            other.algorithm is None or other.algorithm == runs)]
-        here = f" (this is `tether {ran[0]}`)" if len(ran) == 1 else ""
-        raise ConfigError(f"Config file '{path}' was saved by `tether {saved}` (its key '{SAVED_STAGE}'){here}; run "
-                          f"it with `tether {saved} --config {path}`, or start from a preset of this stage.")
 
 
 def save_config(cfg: Any, path: str | Path) -> None:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tether.algos.selection import best_of_group, best_worst_pairs, first_argmax, first_true
+from tether.algos.selection import best_of_group, best_worst_pairs, first_true
 
 
 def test_pairs_are_each_groups_best_and_worst():
@@ -27,8 +27,9 @@ def test_a_pair_needs_two_samples():
         best_worst_pairs(torch.tensor([1.0, 2.0, 3.0]), 2)
 
 
-def test_first_argmax_breaks_ties_towards_the_earlier_column():
-    assert first_argmax(torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0], [0.0, -1.0, 4.0]])).tolist() == [1, 0, 2]
+def test_the_first_maximum_breaks_ties_towards_the_earlier_column():
+    x = torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0], [0.0, -1.0, 4.0]])
+    assert first_true(x == x.max(dim=1, keepdim=True).values).tolist() == [1, 0, 2]
 
 
 def test_best_of_group_keeps_the_top_of_each_group():

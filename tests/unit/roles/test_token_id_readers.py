@@ -6,7 +6,6 @@ embedding (models/loading.py check_vocab_fits), in the run and in its dry run al
 from __future__ import annotations
 
 import pytest
-import transformers
 from tokenizers import Tokenizer, models
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -36,15 +35,6 @@ def llama(path, vocab: int, tok=None, weights: bool = True):
     if tok is not None:
         tok.save_pretrained(path)
     return str(path)
-
-
-@pytest.fixture
-def no_weights_read(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("from_pretrained was called")
-
-    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForSequenceClassification):
-        monkeypatch.setattr(auto, "from_pretrained", refuse)
 
 
 def ppo(*overrides):

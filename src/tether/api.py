@@ -140,10 +140,10 @@ def _numbers(result: Mapping) -> dict[str, float]:
 
 def run(stage: str, config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False,
         on_iteration=None) -> RunResult:
-    """Run the stage ``stage`` (``tether STAGE``): any of :func:`tether.stages.stages` — sft, rm,
+    """Run the stage ``stage`` (``tether STAGE``): any of :func:`tether.registry.stages.stages` — sft, rm,
     dpo or a registered RL algorithm, a plugin's included — with its config (object, dict or YAML
     path) and overrides -> :class:`RunResult`. ``on_iteration(iteration, stats, trainer)``: RL only."""
-    from tether.stages import stage_spec
+    from tether.registry.stages import stage_spec
 
     spec = stage_spec(stage, "run")
     caller = spec.api
@@ -169,19 +169,26 @@ def run(stage: str, config: ConfigLike = None, overrides: Overrides = None, *, r
                      result.get("stopped_by"))
 
 
-def _rl(algorithm: str):
-    """``tether.ALGORITHM(config, overrides, resume=, on_iteration=)``: :func:`run` of that algorithm's stage."""
-    def call(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False,
-             on_iteration=None) -> RunResult:
-        return run(algorithm, config, overrides, resume=resume, on_iteration=on_iteration)
+def _stage_function(spec):
+    """``tether.<api>(config, overrides, resume=[, on_iteration=])``: :func:`run` of that stage."""
+    from tether.registry.stages import stage_spec
 
-    from tether.algorithms.registry import algorithm_spec
+    if spec.algorithm:
+        def call(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False,
+                 on_iteration=None) -> RunResult:
+            return run(spec.name, config, overrides, resume=resume, on_iteration=on_iteration)
 
-    call.__name__ = call.__qualname__ = algorithm
-    call.__doc__ = (f"Run {algorithm_spec(algorithm).title} (``tether {algorithm}``): a :class:`tether.config.PPOConfig` "
-                    "(or a dict or YAML path) and overrides -> :class:`RunResult` with every iteration's metrics in "
-                    "``history``. ``resume``: continue the run in ``run.out``; ``on_iteration(iteration, stats, "
-                    "trainer)`` is called after every iteration.")
+        what = ("with every iteration's metrics in ``history``. ``resume``: continue the run in ``run.out``; "
+                "``on_iteration(iteration, stats, trainer)`` is called after every iteration.")
+    else:
+        def call(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
+            return run(spec.name, config, overrides, resume=resume)
+
+        what = "with its final metrics. ``resume``: continue the run in ``run.out``."
+    config = stage_spec(spec.name).config.rpartition(":")[2]
+    call.__name__ = call.__qualname__ = spec.api
+    call.__doc__ = (f"Run {spec.title or spec.name} (``tether {spec.name}``): a :class:`tether.config.{config}` (or "
+                    f"a dict or YAML path) and overrides -> :class:`RunResult` {what}")
     return call
 
 
@@ -189,7 +196,7 @@ def given_algorithms(config, overrides) -> list[str]:
     """Every ``algorithm`` a caller set explicitly: in ``overrides`` (a dict or ``key=value``
     strings), in ``config`` (a dict, a YAML preset's path, or a config object whose value is not
     the default). ``tether grpo`` and ``tether.grpo()`` refuse any that is not theirs."""
-    from tether.algorithms.registry import DEFAULT_ALGORITHM
+    from tether.registry.algorithms import DEFAULT_ALGORITHM
 
     given = []
     for source in (overrides, config):
@@ -209,48 +216,12 @@ def given_algorithms(config, overrides) -> list[str]:
     return given
 
 
-def sft(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
-    """Supervised fine-tuning (``tether sft``): a :class:`tether.config.SFTConfig` (or a dict or YAML
-    path) and overrides -> :class:`RunResult` (metrics: ``eval/loss``, ``steps``, ``time_s``)."""
-    return run("sft", config, overrides, resume=resume)
-
-
-def reward_model(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
-    """The Bradley-Terry reward model (``tether rm``): a :class:`tether.config.RewardModelConfig` (or a
-    dict or YAML path) and overrides -> :class:`RunResult` (metrics: ``eval/accuracy``, ...)."""
-    return run("rm", config, overrides, resume=resume)
-
-
-def dpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
-    """DPO or IPO (``tether dpo``): a :class:`tether.config.DPOConfig` (or a dict or YAML path) and
-    overrides -> :class:`RunResult`."""
-    return run("dpo", config, overrides, resume=resume)
-
-
-def simpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
-    """SimPO (``tether simpo``): a :class:`tether.config.SimPOConfig` (or a dict or YAML path) and
-    overrides -> :class:`RunResult`."""
-    return run("simpo", config, overrides, resume=resume)
-
-
-def orpo(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
-    """ORPO (``tether orpo``): a :class:`tether.config.ORPOConfig` (or a dict or YAML path) and
-    overrides -> :class:`RunResult`."""
-    return run("orpo", config, overrides, resume=resume)
-
-
-def kto(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False) -> RunResult:
-    """KTO (``tether kto``): a :class:`tether.config.KTOConfig` (or a dict or YAML path) and
-    overrides -> :class:`RunResult`."""
-    return run("kto", config, overrides, resume=resume)
-
-
 def dry_run(stage: str, config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False):
     """``tether STAGE --dry-run`` from Python: the :class:`tether.plan.Plan` (``print(plan.render())``;
     ``plan.memory``: estimated bytes per role), after the run's own checks of the config, the run
     directory, the tokenizer, the models' configs and the data. Reads no weights, writes nothing."""
     from tether.plan import dry_run as plan
-    from tether.stages import stage_spec
+    from tether.registry.stages import stage_spec
 
     check_arguments("dry_run", overrides, resume)
     spec = stage_spec(stage, "dry_run")
@@ -260,13 +231,24 @@ def dry_run(stage: str, config: ConfigLike = None, overrides: Overrides = None, 
                     resume=resume)
 
 
+def api_names() -> dict[str, str]:
+    """API function name -> its stage, for every stage of the table (``tether.sft``,
+    ``tether.reward_model``, ``tether.ppo``, a plugin's)."""
+    from tether.registry.stages import stages
+
+    return {spec.api: name for name, spec in stages().items()}
+
+
 def __getattr__(name: str):
-    """``tether.api.NAME`` for every registered RL algorithm (``ppo``, ``grpo``, a plugin's)."""
+    """``tether.api.NAME`` for every registered stage: its API function (``sft``, ``reward_model``,
+    ``ppo``, ``grpo``, a plugin's)."""
     if name.startswith("__"):  # the import system's probes (__path__, ...) load no plugin
         raise AttributeError(f"module 'tether.api' has no attribute {name!r}")
-    from tether.algorithms.registry import ALGORITHMS, load_plugins
+    from tether.registry.stages import STAGES, stage_spec
 
-    load_plugins()
-    if name in ALGORITHMS:
-        return _rl(name)
+    # The supervised stages registered so far answer without loading the plugins (a broken plugin
+    # then leaves tether.sft alone); any other name asks the whole table, plugins loaded.
+    stage = {spec.api: n for n, spec in STAGES.items()}.get(name) or api_names().get(name)
+    if stage is not None:
+        return _stage_function(stage_spec(stage))
     raise AttributeError(f"module 'tether.api' has no attribute {name!r}")

@@ -10,45 +10,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-#: Settings shown on every card, then per stage (dotted config keys; absent keys are left out).
+#: Settings shown on every card, after the stage's own (its registry entry's ``card_keys``).
 COMMON_KEYS = ("run.seed", "run.precision", "model.dtype", "lora.r", "lora.alpha")
-SUPERVISED_KEYS = ("optim.lr", "optim.batch_size", "optim.grad_accum_steps", "optim.schedule", "optim.warmup_steps",
-                   "epochs", "max_steps", "data.max_length")
-STAGE_KEYS = {
-    "sft": SUPERVISED_KEYS,
-    "rm": (*SUPERVISED_KEYS, "normalize"),
-    "dpo": (*SUPERVISED_KEYS, "dpo.beta", "dpo.loss", "dpo.label_smoothing"),
-    "simpo": (*SUPERVISED_KEYS, "simpo.beta", "simpo.gamma"),
-    "orpo": (*SUPERVISED_KEYS, "orpo.odds_ratio_weight"),
-    "kto": (*SUPERVISED_KEYS, "kto.beta", "kto.desirable_weight", "kto.undesirable_weight"),
-    "rl": ("algorithm", "ppo.iterations", "rollout.batch_size", "group.size", "rollout.max_prompt_length",
-           "rollout.max_new_tokens", "rollout.temperature", "kl.coef", "kl.controller", "kl.estimator",
-           "kl.placement", "ppo.epochs", "ppo.minibatch_size", "ppo.clip", "optim.lr", "reward.models", "reward.terms"),
-}
-SUPERVISED_DESCRIPTIONS = {
-    "sft": "supervised fine-tuning on demonstrations (loss on response tokens only)",
-    "rm": "a Bradley-Terry reward model trained on preference pairs",
-    "dpo": "DPO on preference pairs (the policy trained directly, no reward model)",
-    "simpo": "SimPO on preference pairs (the length-normalised log-probability as the reward, no reference model)",
-    "orpo": "ORPO on preference pairs (the chosen responses' NLL plus an odds-ratio term, no reference model)",
-    "kto": "KTO on responses labelled desirable or undesirable (the policy trained directly, against a reference)",
-}
-
-
-def is_rl_stage(stage: str) -> bool:
-    """Whether ``stage`` is a registered RL algorithm's (a plugin's included)."""
-    from tether.algorithms.registry import ALGORITHMS
-
-    return stage in ALGORITHMS
 
 
 def description(stage: str) -> str:
-    """What a model trained by ``stage`` is: the supervised stages' own, an RL algorithm's registry entry."""
-    if stage in SUPERVISED_DESCRIPTIONS:
-        return SUPERVISED_DESCRIPTIONS[stage]
-    from tether.algorithms.registry import algorithm_spec
+    """What a model trained by ``stage`` is: its stage entry's purpose (an RL algorithm's from its entry)."""
+    from tether.registry.stages import stage_spec
 
-    return algorithm_spec(stage).purpose
+    return stage_spec(stage, "model_card").purpose
 
 
 def base_model_of(name_or_path: str) -> str | None:
@@ -117,7 +87,7 @@ def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "pol
                limits: dict | None = None) -> str:
     """The ``README.md`` text for the model a stage saves in ``out``.
 
-    ``stage``: sft, rm, dpo or an RL algorithm; ``role``: policy (a causal LM), reward (the
+    ``stage``: a registered stage (:mod:`tether.registry.stages`); ``role``: policy (a causal LM), reward (the
     reward model) or critic (PPO's value model, saved in ``RUN/critic``). ``limits``: config key ->
     the :class:`~tether.loops.common.LengthLimit` the run used, shown instead of the configured
     value where the models' context capped it (the card says what ran).
@@ -128,8 +98,12 @@ def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "pol
     from tether.config import to_dict
     from tether.config.base import flat_dict
 
+    from tether.registry.stages import SUPERVISED_CARD_KEYS, stage_spec
+
+    spec = stage_spec(stage, "model_card")
+    rl = spec.algorithm is not None
     settings = flat_dict(to_dict(cfg))
-    if is_rl_stage(stage):
+    if rl:
         settings["group.size"] = cfg.samples_per_prompt  # null resolves per algorithm: show what ran
         terms = settings.pop("reward.terms", None)
         if terms:  # a composed reward: its terms and weights in place of the (empty) reward.models
@@ -139,12 +113,12 @@ def model_card(cfg, stage: str, metrics: dict, out: str | Path, role: str = "pol
     source = cfg.model.name_or_path
     scalar = role in ("reward", "critic")
     lora = bool(settings.get("lora.r")) or bool(settings.get("lora.adapter"))
-    tags = ["tether", stage, *(["rlhf"] if is_rl_stage(stage) else []), *(["lora"] if lora else []),
+    tags = ["tether", stage, *(["rlhf"] if rl else []), *(["lora"] if lora else []),
             *(["reward-model"] if role == "reward" else []), *(["value-model"] if role == "critic" else [])]
     data = ModelCardData(library_name="transformers", base_model=base_model_of(source), tags=tags,
                          datasets=_hub_datasets(cfg) or None,
                          pipeline_tag="text-classification" if scalar else "text-generation")
-    keys = [*STAGE_KEYS["rl" if is_rl_stage(stage) else stage], *COMMON_KEYS]
+    keys = [*(() if rl else SUPERVISED_CARD_KEYS), *spec.card_keys, *COMMON_KEYS]
     if not lora:
         keys = [k for k in keys if not k.startswith("lora.")]
     rows = [f"| `{k}` | {ran.get(k) or _value(settings[k])} |" for k in keys if k in settings]

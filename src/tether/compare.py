@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tether.algorithms.registry import ALGORITHMS, DEFAULT_ALGORITHM, load_plugins
+from tether.registry.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, load_plugins
 from tether.runs import write_json
 
 SNAPSHOTS = 4  # a preference method's checkpoints evaluated along the way (its trajectory)
@@ -34,7 +34,7 @@ def rl_methods() -> tuple[str, ...]:
 
 def preference_methods() -> tuple[str, ...]:
     """The methods trained on the demo's preference pairs instead of sampling (DPO, SimPO, ORPO, KTO)."""
-    from tether.stages import compared_preference_stages
+    from tether.registry.stages import compared_preference_stages
 
     return compared_preference_stages()
 
@@ -192,7 +192,7 @@ def score_runs(out: Path, demo: Path, runs: dict[str, dict], seed: int, eval_rep
 def _snapshot_every(demo: Path, method: str) -> int:
     """Steps between a preference method's checkpoints: SNAPSHOTS along its demo preset's run."""
     from tether.config import load_config
-    from tether.stages import stage_spec
+    from tether.registry.stages import stage_spec
 
     spec = stage_spec(method)
     cfg = load_config(spec.config_class(), method_preset(method), [])

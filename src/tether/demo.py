@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from tether.algorithms.registry import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.config import PPOConfig, RewardModelConfig, SFTConfig, load_config
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.eval.best_of_n import best_of_n

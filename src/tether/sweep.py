@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from tether.algorithms.registry import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.config import PPOConfig, load_config
 from tether.errors import ConfigError
 from tether.loops.ppo import run_ppo

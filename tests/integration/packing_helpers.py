@@ -236,7 +236,7 @@ def drifted_experience(name: str, module, ro: Rollout, cfg):
     """Algorithm ``name``'s experience of ``ro`` under ``module``'s current log-probs moved off by
     noise (so ratios differ from 1 and clipping engages); reference, values and scores drawn."""
     from tether.algorithms import ALGORITHMS
-    from tether.algorithms.registry import build_algorithm
+    from tether.registry.algorithms import build_algorithm
     from tether.roles.policy import policy_forward
 
     with torch.no_grad():

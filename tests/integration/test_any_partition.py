@@ -30,7 +30,7 @@ import torch
 from packing_helpers import drifted_experience, rl_config
 from test_token_budget_steps import recorded_step, rollout, tiny_actor
 from tether.algorithms import ALGORITHMS
-from tether.algorithms.registry import build_algorithm
+from tether.registry.algorithms import build_algorithm
 from tether.config import (DPOConfig, KTOConfig, ORPOConfig, RewardModelConfig, SFTConfig, SimPOConfig,
                            load_config)
 from tether.loops.micro_batches import rows_by_token_budget, split_by_token_budget

@@ -39,8 +39,8 @@ def test_a_failing_reward_term_callable_is_named_too(task, tmp_path, capsys):
 
 @pytest.fixture
 def bad_plugin(monkeypatch):
-    from tether.algorithms import registry
-    from tether.algorithms.registry import ALGORITHMS, PLUGINS_ENV
+    from tether.registry import plugins as registry
+    from tether.registry.algorithms import ALGORITHMS, PLUGINS_ENV
 
     plugin = HERE / "plugins" / "bad_advantages.py"
     monkeypatch.setenv(PLUGINS_ENV, str(plugin))

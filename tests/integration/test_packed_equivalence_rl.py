@@ -31,7 +31,7 @@ from packing_helpers import (
     with_value_head,
 )
 from tether.algorithms import ALGORITHMS
-from tether.algorithms.registry import build_algorithm
+from tether.registry.algorithms import build_algorithm
 from tether.algos import bradley_terry_loss, masked_mean
 from tether.loops.reward_model import pair_scores
 from tether.loops.sft import sft_batch_loss

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from card_checks import assert_model_card
-from tether.algorithms.registry import ALGORITHMS, PLUGINS_ENV
+from tether.registry.algorithms import ALGORITHMS, PLUGINS_ENV
 from tether.cli import main
 from tether.metrics.logger import read_metrics
 
@@ -35,7 +35,7 @@ def plugin(monkeypatch):
     """The plugin named by TETHER_PLUGINS (as a user sets it); unregistered afterwards."""
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.setenv(PLUGINS_ENV, str(PLUGIN))
-    from tether.algorithms import registry
+    from tether.registry import plugins as registry
 
     yield
 

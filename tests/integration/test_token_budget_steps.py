@@ -19,7 +19,7 @@ import torch
 from bad_input_helpers import cli
 from packing_helpers import drifted_experience, rl_config
 from stage_helpers import rm_overrides, sft_overrides
-from tether.algorithms.registry import build_algorithm
+from tether.registry.algorithms import build_algorithm
 from tether.config import RewardModelConfig, SFTConfig, load_config
 from tether.data import collate_left, collate_right
 from tether.engines import OptimizerSpec, TrainingEngine

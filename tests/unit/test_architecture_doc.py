@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.algorithms.registry import ALGORITHMS
-from tether.rollout.registry import ENGINES
+from tether.registry.algorithms import ALGORITHMS
+from tether.registry.engines import ENGINES
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -46,7 +46,7 @@ def files_knowing(module: str) -> set[str]:
 def test_a_built_in_algorithm_touches_the_files_the_doc_says(name):
     module = ALGORITHMS[name].target.split(":")[0]
     known = files_knowing(module)
-    assert known == {"tether/algorithms/registry.py"}, (name, known)
+    assert known == {"tether/registry/algorithms.py"}, (name, known)
     assert 1 + len(known) <= documented_files("an RL algorithm") <= 2
 
 
@@ -54,7 +54,7 @@ def test_a_built_in_algorithm_touches_the_files_the_doc_says(name):
 def test_a_built_in_engine_touches_the_files_the_doc_says(name):
     module = ENGINES[name].target.split(":")[0]
     known = files_knowing(module)
-    assert len(known) == 1 and known <= {"tether/rollout/registry.py", "tether/rollout/vllm_spec.py"}, (name, known)
+    assert len(known) == 1 and known <= {"tether/registry/engines.py", "tether/rollout/vllm_spec.py"}, (name, known)
     assert 1 + len(known) <= documented_files("a generation engine") <= 3
 
 

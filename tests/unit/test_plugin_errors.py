@@ -11,12 +11,12 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from tether.algorithms import registry
-from tether.algorithms.registry import ALGORITHMS, PLUGINS_ENV, AlgorithmSpec, load_plugins, register_algorithm
+from tether.registry import plugins as registry
+from tether.registry.algorithms import ALGORITHMS, PLUGINS_ENV, AlgorithmSpec, load_plugins, register_algorithm
 from tether.cli import main
 from tether.errors import ConfigError
 
-DUPLICATE = ("from tether.algorithms.registry import AlgorithmSpec, register_algorithm\n"
+DUPLICATE = ("from tether.registry.algorithms import AlgorithmSpec, register_algorithm\n"
              "class Mine:\n    pass\n"
              "register_algorithm(AlgorithmSpec('grpo', Mine, 'Mine', 's', 'p', needs_critic=False))\n")
 

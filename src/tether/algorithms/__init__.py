@@ -1,12 +1,12 @@
 """RL algorithms on the same roles: an advantage estimator plus losses (:class:`Algorithm`).
 
-Chosen by name from the registry (:mod:`tether.algorithms.registry`); each lives in one file.
+Chosen by name from the registry (:mod:`tether.registry.algorithms`); each lives in one file.
 """
 
 from __future__ import annotations
 
 from tether.algorithms.base import Algorithm, Loss
-from tether.algorithms.registry import (
+from tether.registry.algorithms import (
     ALGORITHMS,
     DEFAULT_ALGORITHM,
     AlgorithmSpec,

@@ -23,7 +23,7 @@ Loss = Callable[[object, "Experience"], "tuple[Tensor, dict]"]
 
 class Algorithm(Protocol):
     """What the RL loop asks of an algorithm. Its metadata (name, whether it trains a critic,
-    group sizes, the keys it ignores) is its registry entry's: :mod:`tether.algorithms.registry`."""
+    group sizes, the keys it ignores) is its registry entry's: :mod:`tether.registry.algorithms`."""
 
     #: Responses sampled per prompt (the group size of GRPO / RLOO; 1 for PPO).
     samples_per_prompt: int

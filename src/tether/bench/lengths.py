@@ -24,8 +24,8 @@ MAX_POSITIONS = 2 * LENGTH_RANGE[1]
 
 
 def rl_stages() -> tuple[str, ...]:
-    """The RL stages: every registered algorithm (tether.algorithms.registry)."""
-    from tether.algorithms.registry import ALGORITHMS, load_plugins
+    """The RL stages: every registered algorithm (tether.registry.algorithms)."""
+    from tether.registry.algorithms import ALGORITHMS, load_plugins
 
     load_plugins()
     return tuple(ALGORITHMS)
@@ -36,7 +36,7 @@ def stages() -> tuple[str, ...]:
 
 
 def needs_critic(stage: str) -> bool:
-    from tether.algorithms.registry import algorithm_spec
+    from tether.registry.algorithms import algorithm_spec
 
     return stage in rl_stages() and algorithm_spec(stage).needs_critic
 

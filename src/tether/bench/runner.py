@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from tether.algorithms.registry import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.runtime import world_size
 from tether.bench.flops import iteration_flops
 from tether.bench.peak import bf16_supported, machine_peak_gflops

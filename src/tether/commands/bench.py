@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tether.algorithms.registry import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM
 
 
 def register(sub) -> None:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.rollout.registry import DEFAULT_ENGINE, engine_names
+from tether.registry.engines import DEFAULT_ENGINE, engine_names
 
 MIN_TEMPERATURE = 1e-6  # below it logits / temperature can overflow float32 (NaN probabilities)
 MAX_SAMPLES = 1_000_000  # responses per prompt (--samples-per-prompt, best-of-N sizes)

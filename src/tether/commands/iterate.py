@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether.algorithms.registry import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.errors import ConfigError
 
 DESCRIPTION = (

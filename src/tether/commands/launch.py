@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """(torchrun's options, the stage's command line): the stage starts at the first stage name."""
-    from tether.stages import stages
+    from tether.registry.stages import stages
 
     names = stages()
     for i, token in enumerate(argv):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tether.errors import ConfigError
-from tether.rollout.registry import DEFAULT_ENGINE, engine_names
+from tether.registry.engines import DEFAULT_ENGINE, engine_names
 
 DESCRIPTION = (
     "Sample comparison pairs for a prompt file and write them unlabeled (pair_id, prompt, response_a, response_b, "

@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from tether.rollout.registry import DEFAULT_ENGINE, ENGINES, engine_names, engine_spec
+from tether.registry.engines import DEFAULT_ENGINE, ENGINES, engine_names, engine_spec
 
 DESCRIPTION = (
     "Serve a policy checkpoint (a run directory such as runs/demo/ppo, or any Hugging Face causal LM) over "

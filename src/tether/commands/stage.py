@@ -1,4 +1,4 @@
-"""`tether STAGE` for every stage of :mod:`tether.stages` (sft, rm, dpo and one per registered RL
+"""`tether STAGE` for every stage of :mod:`tether.registry.stages` (sft, rm, dpo and one per registered RL
 algorithm): run it from a YAML preset and dotted overrides."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import textwrap
 
 
 def _config_class(name: str):
-    from tether.stages import stage_spec
+    from tether.registry.stages import stage_spec
 
     return stage_spec(name).config_class()
 
@@ -27,7 +27,7 @@ def _options_epilog(cls) -> str:
 
 
 def register_stage(sub, name: str) -> None:
-    from tether.stages import stage_spec
+    from tether.registry.stages import stage_spec
 
     summary = stage_spec(name).summary
     p = sub.add_parser(name, help=summary, description=summary, epilog=_options_epilog(_config_class(name)),
@@ -111,7 +111,7 @@ def resolve_config(args):
 
     if args.resume:
         return _resume_config(args)
-    from tether.stages import stage_spec
+    from tether.registry.stages import stage_spec
 
     overrides = args.overrides
     if stage_spec(args.command).algorithm:  # the command names the algorithm (a preset's own must agree)
@@ -147,7 +147,7 @@ def run_stage(args) -> int:
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one plan
             print(plan.render())
         return 0
-    from tether.stages import stage_spec
+    from tether.registry.stages import stage_spec
 
     spec = stage_spec(args.command)
     result = spec.run_function()(cfg, resume=bool(args.resume))

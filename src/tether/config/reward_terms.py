@@ -2,22 +2,22 @@
 
 The RL stages' score is then sum_i weight_i * term_i; each term's raw score is logged as
 ``reward/<name>``. A term is exactly one source: reward models, a python callable, a reward
-server, or a built-in (a length penalty, a regular expression).
+server, a built-in (a length penalty, a regular expression), or a plugin's reward kind
+(``kind``); the kinds are :mod:`tether.registry.rewards`'s.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Literal
 
 from tether.config.base import option
 from tether.errors import ConfigError
+from tether.registry.rewards import built_in_kinds, kinds_set, parse_args, reward_kind
 
 #: A term's name is part of a metric name (``reward/<name>``): a plain identifier.
 TERM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: The keys that make a term's source, in the order errors name them.
-TERM_KINDS = ("models", "callable", "url", "length_penalty", "regex")
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,15 @@ class RewardTermConfig:
     length_target: int = option(0, "Response tokens free of the length penalty.", ge=0)
     regex: str | None = option(None, "Built-in: a Python regular expression; score 1.0 when re.search finds it in "
                                      "the response text, else 0.0.")
+    kind: str | None = option(None, "A plugin's reward kind by its registered name (tether.registry.rewards), "
+                                    "configured by args.")
+    args: list[str] = option(factory=list, help="The plugin kind's settings as key=value strings (the keys its "
+                                                 "entry declares).")
 
     def kinds(self) -> list[str]:
-        """The source keys this term sets (exactly one in a valid term)."""
-        set_ = {"models": bool(self.models), "callable": bool(self.callable), "url": bool(self.url),
-                "length_penalty": self.length_penalty is not None, "regex": self.regex is not None}
-        return [kind for kind in TERM_KINDS if set_[kind]]
+        """The kinds this term selects: each built-in whose key it sets, and its ``kind`` (exactly one
+        in a valid term)."""
+        return kinds_set(self)
 
     def check(self, key: str) -> None:
         """Errors name ``key`` (``reward.terms[i]``): the name, one source, no inert setting, a valid regex."""
@@ -60,7 +63,10 @@ class RewardTermConfig:
         if len(kinds) != 1:
             got = "sets no reward source" if not kinds else f"sets {' and '.join(repr(k) for k in kinds)}"
             raise ConfigError(f"Config key '{key}' ({self.name}) {got}: a term is exactly one of "
-                              f"{', '.join(TERM_KINDS)} (one term per source).")
+                              f"{', '.join(built_in_kinds())}, or kind: NAME of a plugin's reward kind (one term "
+                              "per source).")
+        if self.kind:
+            parse_args(self.args, reward_kind(self.kind, f"{key}.kind"), key)
         inert = []
         if len(self.models) < 2:
             inert += [("combine", "with fewer than two models (it combines an ensemble's scores)"),
@@ -71,7 +77,9 @@ class RewardTermConfig:
             inert.append(("api_key", "with no url (it is the reward server's key)"))
         if self.length_penalty is None:
             inert.append(("length_target", "with no length_penalty"))
-        defaults = {f.name: f.default for f in fields(self)}
+        if not self.kind:
+            inert.append(("args", "with no kind (they are a plugin kind's settings)"))
+        defaults = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(self)}
         for leaf, why in inert:
             if getattr(self, leaf) != defaults[leaf]:
                 raise ConfigError(f"Config key '{key}.{leaf}' = {getattr(self, leaf)!r} is set {why}, so it would "

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from tether.algorithms.registry import algorithm_spec
+from tether.registry.algorithms import algorithm_spec
 from tether.config.base import FLOAT32_MAX, option, section
 from tether.config.common import MICRO_BATCH_TOKENS_HELP, CPUConfig, LoRAConfig, OptimizerConfig, check_micro_batches
 from tether.config.reward_terms import RewardTermConfig
@@ -173,7 +173,7 @@ class PolicyLossConfig:
     def resolved(self, algorithm: str) -> "PolicyLossConfig":
         """This block with each null key set to ``algorithm``'s default (its registry entry's
         ``policy_loss``; token ratios and token_mean for an unknown name, which validation refuses)."""
-        from tether.algorithms.registry import ALGORITHMS
+        from tether.registry.algorithms import ALGORITHMS
 
         level, how = ALGORITHMS[algorithm].policy_loss if algorithm in ALGORITHMS else ("token", "token_mean")
         return dataclasses.replace(self, ratio_level=self.ratio_level or level, aggregation=self.aggregation or how)

@@ -7,8 +7,8 @@ from typing import Literal
 
 from tether.config.base import option, section
 from tether.errors import ConfigError
-from tether.rollout.registry import DEFAULT_ENGINE, ENGINES, engine_spec
-from tether.rollout.registry import help_text as engine_help
+from tether.registry.engines import DEFAULT_ENGINE, ENGINES, engine_spec
+from tether.registry.engines import help_text as engine_help
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class RolloutConfig:
     top_k: int = option(0, "Top-k filtering (0 = off).", ge=0)
     top_p: float = option(1.0, "Nucleus filtering (1 = off).", gt=0, le=1)
     max_prompt_length: int = option(256, "Prompts longer than this are dropped (and counted).", ge=1)
-    # The choices and their help come from the engine registry (tether.rollout.registry): a live view,
+    # The choices and their help come from the engine registry (tether.registry.engines): a live view,
     # so an engine registered later is a valid choice too.
     engine: str = option(DEFAULT_ENGINE, engine_help(), choices=ENGINES.keys())
     capture_logprobs: bool = option(

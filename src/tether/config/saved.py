@@ -35,8 +35,8 @@ def read_preset(cls: type, path: str | Path) -> tuple[dict, Any]:
 def check_saved_stage(cls: type, saved: Any, data: dict, path: str | Path) -> None:
     """A saved run's config is loaded only for the stage that saved it: another stage's keys would
     be refused one by one (or, between RL algorithms, run the wrong algorithm)."""
-    from tether.algorithms.registry import DEFAULT_ALGORITHM, PLUGINS_ENV
-    from tether.stages import stages
+    from tether.registry.algorithms import DEFAULT_ALGORITHM, PLUGINS_ENV
+    from tether.registry.stages import stages
 
     table = stages()
     spec = table.get(saved) if isinstance(saved, str) else None

@@ -20,9 +20,9 @@ from tether.config.common import (
     check_supervised,
     refuse_inert_lora,
 )
-from tether.algorithms.registry import ALGORITHMS, DEFAULT_ALGORITHM, algorithm_spec
+from tether.registry.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, algorithm_spec
 from tether.errors import ConfigError
-from tether.rollout.registry import ENGINES, engine_spec
+from tether.registry.engines import ENGINES, engine_spec
 from tether.config.health import HealthConfig
 from tether.config.placement import FIELDS as RESOURCE_FIELDS
 from tether.config.placement import ROLES as RL_ROLES
@@ -232,7 +232,7 @@ class PPOConfig:
     reward: RewardSourceConfig = section(RewardSourceConfig, "The reward source.")
     critic: CriticConfig = section(CriticConfig, "The value model.")
     algorithm: str = option(
-        DEFAULT_ALGORITHM, "The RL algorithm on the same roles, by its registered name (tether.algorithms.registry; "
+        DEFAULT_ALGORITHM, "The RL algorithm on the same roles, by its registered name (tether.registry.algorithms; "
                            "built in: " + ", ".join(ALGORITHMS) + "). Each has its command (tether NAME); "
                            "docs/algorithms.md.")
     group: GroupConfig = section(GroupConfig, "Responses per prompt (grpo, rloo).")

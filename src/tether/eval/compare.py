@@ -74,7 +74,7 @@ def generated(run_dir: Path) -> dict:
     """Responses and tokens an RL run sampled for training (iterations x responses per iteration)."""
     import yaml
 
-    from tether.algorithms.registry import DEFAULT_ALGORITHM
+    from tether.registry.algorithms import DEFAULT_ALGORITHM
     from tether.config.rl_blocks import default_group_size
 
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())

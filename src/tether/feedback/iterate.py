@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tether.algorithms.registry import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.feedback.store import LabelStore, left_side, load_pairs
 
 Labeller = Callable[[str, str, str], str]  # (prompt, response_a, response_b) -> "a" | "b" | "tie"

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from tether.algorithms.registry import algorithm_spec
+from tether.registry.algorithms import algorithm_spec
+from tether.registry.stages import stage_spec
 from tether.errors import ConfigError
 from tether.checkpoint import latest_checkpoint
 from tether.distributed.collectives import barrier, on_main
@@ -64,7 +65,8 @@ def check_data_parallel(cfg, stage: str) -> None:
     world = world_size()
     if world == 1:
         return
-    if hasattr(cfg, "rollout"):
+    algorithm = stage_spec(stage).algorithm
+    if algorithm is not None:
         p = cfg.ppo
         episodes = "rollout.batch_size" if cfg.samples_per_prompt == 1 else "rollout.batch_size x group.size"
         sizes = {episodes: cfg.episodes, "ppo.minibatch_size": p.minibatch_size,
@@ -79,7 +81,7 @@ def check_data_parallel(cfg, stage: str) -> None:
             raise ConfigError(
                 f"Config key '{key}' = {value} does not divide by the world size {world} (torchrun's processes): "
                 f"each rank takes an equal share of every batch; expected a multiple of {world}.")
-    if hasattr(cfg, "rollout") and algorithm_spec(cfg.algorithm).whole_groups:
+    if algorithm is not None and algorithm_spec(algorithm).whole_groups:
         micro, g = cfg.ppo.minibatch_size // cfg.ppo.grad_accum_steps, cfg.samples_per_prompt
         if (micro // world) % g:
             raise ConfigError(

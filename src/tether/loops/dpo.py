@@ -204,3 +204,9 @@ DPO = StageBody(name="dpo", role="policy", inputs=dpo_stage_inputs, build=build_
 def run_dpo(cfg: DPOConfig, resume: bool = False) -> dict:
     """Train the policy with DPO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
     return run_stage(cfg, DPO, resume)
+
+
+def plan_inputs(cfg):
+    """DPO's inputs as its dry run reads them (:func:`tether.plan.dry_run.plan_supervised`)."""
+    tokenizer, configs, (train, _, evals, counts) = dpo_inputs(cfg)
+    return tokenizer, configs, train, evals, counts

@@ -171,3 +171,9 @@ KTO = StageBody(name="kto", role="policy", inputs=kto_stage_inputs, build=build_
 def run_kto(cfg: KTOConfig, resume: bool = False) -> dict:
     """Train the policy with KTO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
     return run_stage(cfg, KTO, resume)
+
+
+def plan_inputs(cfg):
+    """KTO's inputs as its dry run reads them (:func:`tether.plan.dry_run.plan_supervised`)."""
+    tokenizer, configs, (train, evals, counts) = kto_inputs(cfg)
+    return tokenizer, configs, train, evals, counts

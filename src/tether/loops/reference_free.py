@@ -178,3 +178,9 @@ def run_simpo(cfg: SimPOConfig, resume: bool = False) -> dict:
 def run_orpo(cfg: ORPOConfig, resume: bool = False) -> dict:
     """Train the policy with ORPO, save ``run.out`` as a Hugging Face checkpoint; return final metrics."""
     return run_stage(cfg, ORPO, resume)
+
+
+def plan_inputs(cfg):
+    """SimPO's and ORPO's inputs as their dry run reads them (:func:`tether.plan.dry_run.plan_supervised`)."""
+    tokenizer, configs, (train, _, evals, counts) = pair_inputs(cfg)
+    return tokenizer, configs, train, evals, counts

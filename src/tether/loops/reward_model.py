@@ -185,7 +185,7 @@ def store_offset(trained, cfg: RewardModelConfig, eval_metrics: dict, out, total
     if cfg.normalize and "eval/score_mean" in eval_metrics:
         offset = eval_metrics["eval/score_mean"]
         trained.set_score_offset(offset)
-        with MetricsLogger(out, "rm") as logger:
+        with MetricsLogger(out, RM.name) as logger:
             logger.log(total_steps, {"rm/score_offset": offset})
     return {"score_offset": offset}
 
@@ -198,3 +198,9 @@ RM = StageBody(name="rm", role="reward", inputs=rm_stage_inputs, build=build_rm_
 def run_reward_model(cfg: RewardModelConfig, resume: bool = False) -> dict:
     """Train the RM, store the normalisation offset, save ``run.out``; return final metrics."""
     return run_stage(cfg, RM, resume)
+
+
+def plan_inputs(cfg):
+    """The reward model's inputs as its dry run reads them (:func:`tether.plan.dry_run.plan_supervised`)."""
+    tokenizer, config, (train, _, evals, counts) = rm_inputs(cfg)
+    return tokenizer, {cfg.model.name_or_path: config}, train, evals, counts

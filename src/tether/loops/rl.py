@@ -20,7 +20,7 @@ import warnings
 import torch
 
 from tether.algorithms.checks import experience_of
-from tether.algorithms.registry import algorithm_spec
+from tether.registry.algorithms import algorithm_spec
 from tether.algos import kl_k1, kl_k3, masked_mean, repetition_rate, sampled_entropy_estimate
 from tether.algos.off_policy import is_stats, is_weights, nonfinite_tokens
 from tether.errors import TrainingError

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.algorithms.registry import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_jsonl, truncate_metrics
 from tether.eval.health import HealthMonitor, append_alarms
 from tether.loops.common import announce_resume, progress

@@ -181,3 +181,9 @@ def trained_causal_lm(cfg, tokenizer, checkpoint, total_steps: int, settings, ke
     return build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
                          adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
                          strategy=cfg.distributed.strategy)
+
+
+def plan_inputs(cfg):
+    """SFT's inputs as its dry run reads them (:func:`tether.plan.dry_run.plan_supervised`)."""
+    tokenizer, config, train, evals, counts = sft_inputs(cfg)
+    return tokenizer, {cfg.model.name_or_path: config}, train, evals, counts

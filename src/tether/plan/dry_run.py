@@ -1,4 +1,4 @@
-"""``tether sft|rm|dpo|ppo|grpo|rloo|reinforce_pp --dry-run``: what a run would do, without doing it.
+"""``tether STAGE --dry-run``: what a run would do, without doing it.
 
 The dry run resolves the config, checks the run directory, the device, the tokenizer, every
 model (loaded as the run loads it, on the meta device: :mod:`tether.plan.meta_models`), the LoRA
@@ -14,10 +14,11 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from tether.plan.memory import (PHASES, REFERENCE_FREE, SPLIT, SUPERVISED_STAGES, Shape, Workload,
-                                default_logprob_chunk, human_bytes, per_rank_bytes, predict_peak, sampling_peak_bytes)
+from tether.plan.memory import (PHASES, SPLIT, Shape, Workload, default_logprob_chunk, human_bytes, per_rank_bytes,
+                                predict_peak, sampling_peak_bytes)
 from tether.plan import meta_models
 from tether.rollout import captured_logprobs, engine_class
+from tether.targets import import_callable
 
 
 @dataclass
@@ -141,15 +142,6 @@ def _memory(plan: Plan, roles: dict, strategies: dict[str, str], dtype: str, act
 
 
 PHASE_NAMES = {"rollout": "rollout", "logprobs": "log-probs", "update": "update"}
-PHASE_WHAT = {"sft": {"update": "forward + backward + AdamW"},
-              "rm": {"update": "forward + backward + AdamW"},
-              "dpo": {"logprobs": "the reference's log-probs, before training",
-                      "update": "forward + backward + AdamW"},
-              **{stage: {"update": "forward + backward + AdamW"} for stage in REFERENCE_FREE},
-              "kto": {"logprobs": "the reference's log-probs, own and mismatched prompts, before training",
-                      "update": "z0's pass without gradient, then forward + backward + AdamW"},
-              "rl": {"rollout": "generation", "logprobs": "old and reference log-probs, values, scores",
-                     "update": "actor and critic forward + backward + AdamW"}}
 SPLIT_NAMES = {"weights": "weights", "gradients": "gradients", "optimizer": "AdamW", "optimizer_step": "AdamW step",
                "weight_copies": "weight copies",
                "activations": "activations", "logits": "logits", "kv_cache": "KV cache", "baseline": "process",
@@ -171,9 +163,9 @@ def _peak(plan: Plan, config, roles: dict, run: Workload) -> None:
     run = dataclasses.replace(run, logprob_chunk=default_logprob_chunk(shape.vocab))  # the LM head runs in chunks
     peak = predict_peak(shape, roles, run)
     plan.peak = peak
-    what = dict(PHASE_WHAT["rl" if run.stage not in PHASE_WHAT else run.stage])
-    if run.stage not in PHASE_WHAT and "critic" not in roles:
-        what["update"] = "actor forward + backward + AdamW"
+    from tether.registry.stages import stage_spec
+
+    what = stage_spec(run.stage, "dry_run").phases
     for phase in PHASES:
         if phase not in peak["phases"]:
             continue
@@ -184,7 +176,7 @@ def _peak(plan: Plan, config, roles: dict, run: Workload) -> None:
                          f"{parts or 'nothing besides the resident'})")
     split = peak["split"]
     resident = ", ".join(f"{SPLIT_NAMES[k]} {human_bytes(split[k])}" for k in ("weights", "optimizer", "baseline"))
-    tokens = (f"{run.micro_batch} x {run.seq} tokens per micro-batch" if run.stage in SUPERVISED_STAGES else
+    tokens = (f"{run.micro_batch} x {run.seq} tokens per micro-batch" if run.passes else
               f"{run.batch} episodes of {run.prompt} + {run.response} tokens, micro-batches of {run.micro_batch}")
     sharded = " (whole roles: fsdp's shards are in 'memory')" if _world() > 1 else ""
     at = PHASE_NAMES[peak["phase"]]
@@ -217,29 +209,34 @@ def _supervised_workload(cfg, stage: str, train: list, limit: int) -> Workload:
                     retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)) and settings_device(cfg) == "cpu")
 
 
-def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, scalar: bool) -> Plan:
-    """The plan of SFT, the reward model or DPO; ``load(cfg)`` is the stage's own input check, giving
-    (tokenizer, the models' configs by path, train, eval, counts). Checked in the run's order: the run
+def plan_supervised(cfg, stage: str, resume: bool = False) -> Plan:
+    """The plan of a supervised stage, from its registry entry: its input check (``inputs``, giving
+    the tokenizer, the models' configs by path, train and held-out rows, counts), what a row is
+    called, its trained role, its reference, its memory passes. Checked in the run's order: the run
     directory and the device first, then the inputs."""
     from tether.loops.common import data_limit
+    from tether.registry.stages import stage_spec
 
-    plan = Plan(stage)
+    spec = stage_spec(stage, "dry_run")
+    plan, unit, role = Plan(stage), spec.unit, spec.role
     _common(plan, cfg, stage, resume)
-    tokenizer, configs, train, evals, counts = load(cfg)
+    tokenizer, configs, train, evals, counts = spec.input_check()(cfg)
     _tokenizer(plan, tokenizer, cfg.model.tokenizer or cfg.model.name_or_path)
     plan.add("data", f"data.train {cfg.data.train}: {len(train)} {unit} ({_counts(counts)})")
     plan.add("data", f"held out: {len(evals)} {unit.split()[-1]}" + (f" from {cfg.data.eval}" if cfg.data.eval else
                                                                    " (a slice of data.train)"))
+    if spec.plan_note:
+        plan.add("data", import_callable(spec.plan_note, "the stage table")(counts))
     limit = data_limit(cfg, configs)
     if limit.capped_by:  # what the run will tokenize to, as its config.yaml and model card say
         plan.add("data", f"data.max_length {limit.tokens} tokens ({limit.capped_by})")
-    shape, size = meta_models.supervised(cfg, tokenizer, stage)  # the run's loader and set-up, no weights read
+    shape, size = meta_models.supervised(cfg, tokenizer, spec.scalar, spec.has_reference)  # no weights read
     lora = f"the LoRA adapter {cfg.lora.adapter}" if cfg.lora.adapter else f"LoRA r={cfg.lora.r}"
-    training = (lora + (" + the score head" if scalar else "")) if cfg.lora.enabled else "every weight trained"
+    training = (lora + (" + the score head" if spec.scalar else "")) if cfg.lora.enabled else "every weight trained"
     plan.add("roles", f"{role:<10} {cfg.model.name_or_path}: {shape.architecture}, {shape.params:,} parameters, "
                       f"{training}")
-    if stage in ("dpo", "kto"):
-        plan.add("roles", _dpo_reference(cfg, len(train), len(evals), unit))
+    if spec.has_reference:
+        plan.add("roles", _reference_line(cfg, len(train), len(evals), unit))
     _supervised_batches(plan, cfg, len(train), len(evals))
     _placement(plan, cfg, [(role,)])
     _memory(plan, {role: size}, {role: cfg.distributed.strategy}, cfg.model.dtype)
@@ -248,8 +245,8 @@ def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, 
     return plan
 
 
-def _dpo_reference(cfg, n_train: int, n_eval: int, unit: str = "preference pairs") -> str:
-    """What DPO's (or KTO's) reference scores: the training rows the run's steps draw, and the held-out ones."""
+def _reference_line(cfg, n_train: int, n_eval: int, unit: str) -> str:
+    """What the reference scores (DPO's, KTO's): the training rows the run's steps draw, and the held-out ones."""
     from tether.loops.common import steps_for
     from tether.loops.dpo import rows_used
 
@@ -260,70 +257,6 @@ def _dpo_reference(cfg, n_train: int, n_eval: int, unit: str = "preference pairs
     return (f"reference  log-probs of the {len(used)} of {n_train} training {what} the steps draw and of {n_eval} "
             f"held-out {what}{mismatched}, computed once before training, then dropped"
             + (" (the adapters off)" if cfg.lora.enabled and not cfg.reference else ""))
-
-
-def plan_sft(cfg, resume: bool = False) -> Plan:
-    from tether.loops.sft import sft_inputs
-
-    def load(cfg):
-        tokenizer, config, train, evals, counts = sft_inputs(cfg)
-        return tokenizer, {cfg.model.name_or_path: config}, train, evals, counts
-
-    return _plan_supervised("sft", cfg, resume, load, "examples", "policy", scalar=False)
-
-
-def plan_rm(cfg, resume: bool = False) -> Plan:
-    from tether.loops.reward_model import rm_inputs
-
-    def load(cfg):
-        tokenizer, config, (train, _, evals, counts) = rm_inputs(cfg)
-        return tokenizer, {cfg.model.name_or_path: config}, train, evals, counts
-
-    return _plan_supervised("rm", cfg, resume, load, "preference pairs", "reward", scalar=True)
-
-
-def plan_dpo(cfg, resume: bool = False) -> Plan:
-    from tether.loops.dpo import dpo_inputs
-
-    def load(cfg):
-        tokenizer, configs, (train, _, evals, counts) = dpo_inputs(cfg)
-        return tokenizer, configs, train, evals, counts
-
-    return _plan_supervised("dpo", cfg, resume, load, "preference pairs", "policy", scalar=False)
-
-
-def _plan_reference_free(stage: str, cfg, resume: bool) -> Plan:
-    from tether.loops.reference_free import pair_inputs
-
-    def load(cfg):
-        tokenizer, configs, (train, _, evals, counts) = pair_inputs(cfg)
-        return tokenizer, configs, train, evals, counts
-
-    return _plan_supervised(stage, cfg, resume, load, "preference pairs", "policy", scalar=False)
-
-
-def plan_kto(cfg, resume: bool = False) -> Plan:
-    from tether.loops.kto import kto_inputs
-    from tether.loops.kto_data import ratio_notice
-
-    counts = {}
-
-    def load(cfg):
-        tokenizer, configs, (train, evals, read) = kto_inputs(cfg)
-        counts.update(read)
-        return tokenizer, configs, train, evals, read
-
-    plan = _plan_supervised("kto", cfg, resume, load, "rows", "policy", scalar=False)
-    plan.add("data", ratio_notice(counts))
-    return plan
-
-
-def plan_simpo(cfg, resume: bool = False) -> Plan:
-    return _plan_reference_free("simpo", cfg, resume)
-
-
-def plan_orpo(cfg, resume: bool = False) -> Plan:
-    return _plan_reference_free("orpo", cfg, resume)
 
 
 def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
@@ -429,11 +362,9 @@ def dry_run(stage: str, cfg, resume: bool = False) -> Plan:
     torchrun it joins the process group as the run would, so batch splits and the per-rank memory
     are those of that many ranks."""
     from tether.distributed import init_distributed
-    from tether.stages import stage_spec
+    from tether.registry.stages import stage_spec
 
     spec = stage_spec(stage, "dry_run")
     with init_distributed(cfg):
-        if spec.algorithm:
-            return spec.planner()(cfg, stage, resume)
-        return spec.planner()(cfg, resume)
+        return spec.planner()(cfg, stage, resume)
 

@@ -47,6 +47,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tether.registry.stages import STAGES, Passes
+
 #: model.dtype -> (bytes per trained parameter, bytes per frozen parameter)
 BYTES_PER_PARAM = {"float32": (16, 4), "bfloat16": (12, 2), "float16": (12, 2)}
 
@@ -261,9 +263,10 @@ def autocast_copy_bytes(shape: Shape, role: RoleSize, grad: bool, checkpointing:
 class Workload:
     """The token shapes of a run that the transient buffers scale with (per rank).
 
-    ``stage``: sft, rm, dpo, or an RL algorithm (ppo, grpo, rloo, reinforce_pp). Supervised stages:
-    ``micro_batch`` examples (pairs for rm and dpo) of ``seq`` tokens, of which ``response`` are
-    the response (dpo). RL: ``batch`` episodes per iteration (the rollout and the log-prob passes
+    ``stage``: a registered stage; ``passes``: a supervised stage's micro-batch (its registry
+    entry's, filled in from ``stage`` when not given; None: an RL stage). Supervised stages:
+    ``micro_batch`` rows (examples, pairs, KTO rows) of ``seq`` tokens, of which ``response`` are
+    the response. RL: ``batch`` episodes per iteration (the rollout and the log-prob passes
     take them at once), ``prompt`` + ``response`` tokens each, updates on ``micro_batch`` episodes.
     ``precision``: run.precision (bf16/fp16 autocast over ``dtype`` weights); ``logprob_chunk``:
     positions per chunk of the LM head and its log-softmax (None: all at once).
@@ -287,6 +290,11 @@ class Workload:
     #: their own glibc arenas, which cannot reuse what the main thread's rollout and log-prob passes freed.
     retained_heap: bool = False
     decode_copy: int = 0  # bytes per packed weight of the decode loop's oneDNN linears (:func:`decode_copy_bytes`)
+    passes: Passes | None = None
+
+    def __post_init__(self):
+        if self.passes is None and self.stage in STAGES:
+            object.__setattr__(self, "passes", STAGES[self.stage].passes)
 
 
 SPLIT = ("baseline", "weights", "gradients", "optimizer", "optimizer_step", "weight_copies", "activations", "logits",
@@ -307,12 +315,13 @@ def _pass(shape: Shape, run: Workload, role: RoleSize, tokens: int, head: int, g
     acts = (activation_bytes(shape, tokens, compute, run.grad_ckpt, residual) if grad
             else inference_activation_bytes(shape, tokens, compute, residual))
     casts = autocast_copy_bytes(shape, role, grad, run.grad_ckpt, compute, weight)
-    if run.stage == "sft" and not run.logprob_chunk and compute != weight:  # the model's own head: autocast too
+    if run.passes and run.passes.head == "tokens" and not run.logprob_chunk and compute != weight:
+        # the model's own LM head over every position: autocast casts its weight too
         casts += shape.vocab * shape.hidden * compute
     out = {"activations": acts, "logits": head, "gradients": role.trained * weight if grad else 0,
            "weight_copies": casts, "optimizer_step": 0}
     step = optimizer_step_bytes(shape, role) if grad else 0
-    if run.retained_heap and run.stage in SUPERVISED_STAGES:
+    if run.retained_heap and run.passes:
         # cpu.retain_memory: the heap keeps the pages the backward freed (blocks under 32 MiB), and
         # AdamW's embedding-sized temporaries are fresh mappings beside them: the two add up.
         out["optimizer_step"] = step
@@ -367,12 +376,24 @@ def _largest(parts: list[dict[str, int]]) -> dict[str, int]:
     return max(parts, key=lambda p: sum(p.values())) if parts else {}
 
 
-#: The preference stages that train the policy with no reference model (one pass over chosen and rejected).
-REFERENCE_FREE = ("simpo", "orpo")
-#: The preference stages that train on one response per row (KTO).
-UNPAIRED = ("kto",)
-#: The stages whose memory is one supervised pass per micro-batch (the rest are RL iterations).
-SUPERVISED_STAGES = ("sft", "rm", "dpo", *REFERENCE_FREE, *UNPAIRED)
+def _supervised_transients(shape: Shape, trained: RoleSize, run: Workload) -> dict[str, dict[str, int]]:
+    """A supervised stage's micro-batch (its entry's :class:`~tether.registry.stages.Passes`): the
+    trained pass over ``sequences`` per row, and the reference's pass before training, if any."""
+    passes, micro, v, chunk = run.passes, run.micro_batch, shape.vocab, run.logprob_chunk
+    tokens = passes.sequences * micro * run.seq
+    if passes.head == "tokens":  # every position: SFT through tether.models.forward.sequence_logprobs
+        positions = micro * (run.seq - 1)
+        head = head_bytes(positions, v, True, False, chunk) if chunk else sft_head_bytes(positions, v, _compute(run))
+    elif passes.head == "score":  # a scalar head at the last token only
+        head = 0
+    else:  # log-probs at the response positions
+        head = head_bytes(passes.sequences * micro * (run.response or run.seq), v, True, False, chunk)
+    phases = {"update": _pass(shape, run, trained, tokens, head, True)}
+    if passes.reference:
+        positions = passes.reference * micro * (run.response or run.seq)
+        phases = {"logprobs": _pass(shape, run, RoleSize(frozen=1), passes.reference * micro * run.seq,
+                                    head_bytes(positions, v, False, False, chunk), False), **phases}
+    return phases
 
 
 def phase_transients(shape: Shape, roles: dict[str, RoleSize], run: Workload) -> dict[str, dict[str, int]]:
@@ -380,28 +401,8 @@ def phase_transients(shape: Shape, roles: dict[str, RoleSize], run: Workload) ->
     another; ``parallel_roles`` adds the actor's and the critic's updates together)."""
     v, chunk = shape.vocab, run.logprob_chunk
     actor = roles.get("actor") or roles.get("policy") or roles.get("reward") or RoleSize()
-    if run.stage in SUPERVISED_STAGES:
-        micro = run.micro_batch
-        if run.stage == "sft":  # chunked: SFT through tether.models.forward.sequence_logprobs
-            positions = micro * (run.seq - 1)
-            head = (head_bytes(positions, v, True, False, chunk) if chunk
-                    else sft_head_bytes(positions, v, _compute(run)))
-            return {"update": _pass(shape, run, actor, micro * run.seq, head, True)}
-        if run.stage == "rm":  # chosen and rejected in one pass; the scalar head at the last token only
-            return {"update": _pass(shape, run, actor, 2 * micro * run.seq, 0, True)}
-        if run.stage in UNPAIRED:  # KTO: one response per row; the reference scores it and its mismatched pair
-            positions = micro * (run.response or run.seq)
-            update = _pass(shape, run, actor, micro * run.seq, head_bytes(positions, v, True, False, chunk), True)
-            reference = _pass(shape, run, RoleSize(frozen=1), 2 * micro * run.seq,
-                              head_bytes(2 * positions, v, False, False, chunk), False)
-            return {"logprobs": reference, "update": update}
-        positions = 2 * micro * (run.response or run.seq)
-        update = _pass(shape, run, actor, 2 * micro * run.seq, head_bytes(positions, v, True, False, chunk), True)
-        if run.stage in REFERENCE_FREE:  # SimPO, ORPO: no reference pass
-            return {"update": update}
-        reference = _pass(shape, run, RoleSize(frozen=1), 2 * micro * run.seq,
-                          head_bytes(positions, v, False, False, chunk), False)
-        return {"logprobs": reference, "update": update}
+    if run.passes:
+        return _supervised_transients(shape, actor, run)
     tokens, length = run.batch * (run.prompt + run.response), run.prompt + run.response
     positions = run.batch * run.response
     compute = _compute(run)
@@ -456,7 +457,7 @@ def bench_roles(shape: Shape, algorithm: str, lora_rank: int | None) -> dict[str
     actor's base with its adapters off and the reward model the critic's (no copies); without a
     critic (grpo) the reward model is its own frozen copy."""
     lm, scalar = shape.causal_lm_params(), shape.scalar_params()
-    from tether.algorithms.registry import algorithm_spec
+    from tether.registry.algorithms import algorithm_spec
 
     critic = algorithm_spec(algorithm).needs_critic
     if lora_rank is None:

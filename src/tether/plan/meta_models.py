@@ -55,18 +55,18 @@ def set_up(model, lora, checkpointing: bool, scalar: bool, key: str):
     return RoleSize(frozen=sum(p.numel() for p in params) - trained, trained=trained)
 
 
-def supervised(cfg, tokenizer, stage: str):
-    """The trained model of SFT (``stage="sft"``), the reward model (``"rm"``) or DPO (``"dpo"``),
-    checked as the run loads and sets it up, and DPO's separate ``reference``; returns the trained
-    model's :class:`~tether.plan.params.ModelShape` and its :class:`~tether.plan.memory.RoleSize`."""
+def supervised(cfg, tokenizer, scalar: bool, reference: bool):
+    """The trained model of a supervised stage (a scalar-head model when ``scalar``: the reward
+    model), checked as the run loads and sets it up, and the stage's separate ``reference`` when it
+    has one; returns the trained model's :class:`~tether.plan.params.ModelShape` and its
+    :class:`~tether.plan.memory.RoleSize`."""
     from tether.plan.params import shape_of
 
-    scalar = stage == "rm"
     path, key = cfg.model.name_or_path, "model.name_or_path"
     model = (scalar_model(path, key, cfg, tokenizer, new_head=True, head_init_std=cfg.head_init_std) if scalar
              else causal_lm(path, key, cfg, tokenizer))
     shape = shape_of(model)
     size = set_up(model, cfg.lora, cfg.gradient_checkpointing, scalar, "lora")
-    if stage in ("dpo", "kto") and cfg.reference:
+    if reference and cfg.reference:
         causal_lm(cfg.reference, "reference", cfg, tokenizer)
     return shape, size

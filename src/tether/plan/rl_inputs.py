@@ -27,12 +27,14 @@ class RLInputs:
 
 
 @dataclass
-class _Roles:
-    """What the role checks gather: sizes, plan lines and context lengths by the name the run uses."""
+class RoleChecks:
+    """What the role checks gather: sizes, plan lines and context lengths by the name the run uses;
+    ``head``: the column a reward source's line starts with (the reward, or a term's name)."""
 
     sizes: dict[str, RoleSize] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
     contexts: dict[str, int | None] = field(default_factory=dict)
+    head: str = "reward    "
 
     def add(self, name: str, model) -> None:
         from tether.models.loading import context_length
@@ -40,7 +42,7 @@ class _Roles:
         self.contexts[name] = context_length(model)
 
 
-def _reference(cfg, tokenizer, actor, roles: _Roles) -> None:
+def _reference(cfg, tokenizer, actor, roles: RoleChecks) -> None:
     if cfg.lora.enabled and not cfg.reference:
         roles.sizes["reference"] = RoleSize()
         roles.lines.append("reference  the actor's base with its adapters off (no copy)")
@@ -54,38 +56,51 @@ def _reference(cfg, tokenizer, actor, roles: _Roles) -> None:
     roles.lines.append(f"reference  {cfg.reference or cfg.model.name_or_path}: {shape.params:,} parameters, frozen")
 
 
-def _reward(cfg, tokenizer, roles: _Roles) -> None:
+def _reward(cfg, tokenizer, roles: RoleChecks) -> None:
+    """The reward block's source, or each term's, planned by its kind's registry entry."""
+    from tether.registry.rewards import kind_of
+
     if not cfg.reward.terms:
-        _reward_source(cfg, cfg.reward, "reward", "reward", tokenizer, roles)
+        kind_of(cfg.reward, "reward").planner()(cfg.reward, "reward", "reward", cfg, tokenizer, roles)
         return
     roles.lines.append(f"reward     {len(cfg.reward.terms)} terms, the score sum_i weight_i * term_i:")
     for i, term in enumerate(cfg.reward.terms):
-        head = f"           {term.name} (x {term.weight:g}):"
-        if term.length_penalty is not None:
-            roles.lines.append(f"{head} -{term.length_penalty:g} per response token beyond {term.length_target}")
-        elif term.regex is not None:
-            roles.lines.append(f"{head} 1 if the response matches {term.regex!r}, else 0")
-        else:
-            _reward_source(cfg, term, f"reward.terms[{i}]", f"reward.{term.name}", tokenizer, roles, head)
+        key = f"reward.terms[{i}]"
+        roles.head = f"           {term.name} (x {term.weight:g}):"
+        kind_of(term, key).planner()(term, key, f"reward.{term.name}", cfg, tokenizer, roles)
+    roles.head = "reward    "
 
 
-def _reward_source(cfg, reward, key: str, role: str, tokenizer, roles: _Roles, head: str = "reward    ") -> None:
-    """The callable, server or reward models of ``reward`` (the reward block or a term, at config
-    ``key``), checked as :func:`tether.roles.sources.build_reward` checks them; each reward model
-    is sized as role ``role`` (``role0``, ``role1``, ... for an ensemble)."""
-    from tether.roles.sources import shares_reward_base
+def plan_length_penalty(term, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:
+    roles.lines.append(f"{roles.head} -{term.length_penalty:g} per response token beyond {term.length_target}")
+
+
+def plan_regex_reward(term, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:
+    roles.lines.append(f"{roles.head} 1 if the response matches {term.regex!r}, else 0")
+
+
+def plan_callable_reward(reward, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:
+    """Imported as the run imports it."""
     from tether.targets import import_callable
 
-    if reward.callable:
-        import_callable(reward.callable, f"{key}.callable")
-        roles.lines.append(f"{head} the Python callable {reward.callable}")
-        return
-    if reward.url:
-        from tether.roles.remote_reward import RemoteReward
+    import_callable(reward.callable, f"{key}.callable")
+    roles.lines.append(f"{roles.head} the Python callable {reward.callable}")
 
-        RemoteReward(reward.url, reward.api_key, key=f"{key}.url").check()
-        roles.lines.append(f"{head} the reward server at {reward.url} (answered)")
-        return
+
+def plan_remote_reward(reward, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:
+    """Asked once that it answers, as the run asks it."""
+    from tether.roles.remote_reward import RemoteReward
+
+    RemoteReward(reward.url, reward.api_key, key=f"{key}.url").check()
+    roles.lines.append(f"{roles.head} the reward server at {reward.url} (answered)")
+
+
+def plan_model_reward(reward, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:
+    """Each reward model checked as :func:`tether.roles.sources.build_model_reward` loads it, sized
+    as role ``role`` (``role0``, ``role1``, ... for an ensemble)."""
+    from tether.roles.sources import shares_reward_base
+
+    head = roles.head
     for i, path in enumerate(reward.models):
         model = meta_models.scalar_model(path, f"{key}.models", cfg, tokenizer)
         roles.add(path, model)
@@ -98,7 +113,7 @@ def _reward_source(cfg, reward, key: str, role: str, tokenizer, roles: _Roles, h
         roles.lines.append(f"           an ensemble of {len(reward.models)}, combined by {reward.combine}")
 
 
-def _critic(cfg, tokenizer, actor_model, roles: _Roles):
+def _critic(cfg, tokenizer, actor_model, roles: RoleChecks):
     """The separate critic model as the run loads it (None without one)."""
     from tether.roles.sources import critic_source
 
@@ -128,7 +143,7 @@ def rl_inputs(cfg) -> RLInputs:
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
     check_token_id_readers(cfg, tokenizer)  # as build_roles: every model reading the policy's ids
-    roles = _Roles()
+    roles = RoleChecks()
     actor_model = meta_models.causal_lm(policy, "model.name_or_path", cfg, tokenizer)
     roles.add(policy, actor_model)
     actor = shape_of(actor_model)

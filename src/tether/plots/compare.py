@@ -24,20 +24,20 @@ PREFERENCE_COLORS = (DPO_COLOR, "#7f7f7f", "#000000", "#b8860b")
 def method_name(method: str) -> str:
     """A method's name in prose: the registered algorithm's title, a stage's title (DPO, SimPO), else
     the method upper-cased."""
-    from tether.algorithms.registry import ALGORITHMS
-    from tether.stages import SUPERVISED
+    from tether.registry.algorithms import ALGORITHMS
+    from tether.registry.stages import STAGES
 
     if method in ALGORITHMS:
         return ALGORITHMS[method].title
-    spec = SUPERVISED.get(method)
+    spec = STAGES.get(method)
     return spec.title if spec is not None and spec.title else method.upper()
 
 
 def method_color(method: str) -> str:
     """One colour per method, stable across charts: registry order for the RL algorithms, stage-table
     order for the preference methods."""
-    from tether.algorithms.registry import ALGORITHMS
-    from tether.stages import compared_preference_stages
+    from tether.registry.algorithms import ALGORITHMS
+    from tether.registry.stages import compared_preference_stages
 
     names, preference = list(ALGORITHMS), compared_preference_stages()
     if method in names:

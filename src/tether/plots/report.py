@@ -55,7 +55,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tether.algorithms.registry import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.errors import TetherError
 from tether.plots.curves import _num, best_of_n_plot, frontier_plot, metric_panels, training_curves
 from tether.plots.run_files import locate, read_json, read_jsonl, read_yaml

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tether.algorithms.registry import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.errors import TetherError
 
 

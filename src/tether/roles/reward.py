@@ -55,7 +55,7 @@ class ModelReward:
 class CallableReward:
     """``fn(prompts: list[str], responses: list[str]) -> list[float]``, e.g. a rule or a judge."""
 
-    def __init__(self, fn: Callable[[list[str], list[str]], list[float]], name: str = "callable"):
+    def __init__(self, fn: Callable[[list[str], list[str]], list[float]], name: str = "a python callable"):
         self.fn = fn
         self.name = name
 

@@ -13,6 +13,7 @@ from tether.models import load_scalar_model, load_tokenizer
 from tether.models.loading import has_tokenizer_files
 from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource
 from tether.roles.reward_terms import ComposedReward, LengthPenaltyReward, RegexReward
+from tether.registry.rewards import kind_of
 from tether.targets import import_callable
 
 
@@ -88,33 +89,33 @@ def critic_source(cfg: PPOConfig) -> tuple[str, str]:
 
 
 def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardSource:
-    """A reward model, an ensemble of them, a python callable, a reward server (``reward.url``), or
-    a composition of named, weighted terms (``reward.terms``), each one of those or a built-in."""
+    """The run's reward: the ``reward`` block's one source, or a composition of named, weighted terms
+    (``reward.terms``); each source built by its kind's registry entry (:mod:`tether.registry.rewards`)."""
     if not cfg.reward.terms:
-        return _source(cfg.reward, "reward", cfg, tokenizer, settings)
+        return kind_of(cfg.reward, "reward").builder()(cfg.reward, "reward", cfg, tokenizer, settings)
     terms = []
     for i, term in enumerate(cfg.reward.terms):
-        if term.length_penalty is not None:
-            source = LengthPenaltyReward(term.length_penalty, term.length_target)
-        elif term.regex is not None:
-            source = RegexReward(term.regex)
-        else:
-            source = _source(term, f"reward.terms[{i}]", cfg, tokenizer, settings)
-        terms.append((term.name, term.weight, source))
+        key = f"reward.terms[{i}]"
+        terms.append((term.name, term.weight, kind_of(term, key).builder()(term, key, cfg, tokenizer, settings)))
     return ComposedReward(terms)
 
 
-def _source(spec, key: str, cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardSource:
-    """The reward source of ``spec`` (the reward block, or one of its terms, at config ``key``):
-    its callable, its server, or its reward models (several: an ensemble)."""
-    if spec.callable:
-        return CallableReward(import_callable(spec.callable, f"{key}.callable"), spec.callable)
-    if spec.url:
-        from tether.roles.remote_reward import RemoteReward
+def build_callable_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+    """The ``callable`` kind: a python function of (prompts, responses)."""
+    return CallableReward(import_callable(spec.callable, f"{key}.callable"), spec.callable)
 
-        remote = RemoteReward(spec.url, spec.api_key, key=f"{key}.url")
-        remote.check()
-        return remote
+
+def build_remote_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+    """The ``url`` kind: a reward server, asked once that it answers."""
+    from tether.roles.remote_reward import RemoteReward
+
+    remote = RemoteReward(spec.url, spec.api_key, key=f"{key}.url")
+    remote.check()
+    return remote
+
+
+def build_model_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+    """The ``models`` kind: one reward model, or an ensemble of several."""
     members = []
     for path in spec.models:  # their tokenizers: check_token_id_readers, before any weight
         model = load_scalar_model(path, tokenizer, cfg.model.dtype, key=f"{key}.models",
@@ -123,6 +124,16 @@ def _source(spec, key: str, cfg: PPOConfig, tokenizer, settings: EngineSettings)
     if len(members) == 1:
         return members[0]
     return EnsembleReward(members, spec.combine, spec.std_coef)
+
+
+def build_length_penalty(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+    """The ``length_penalty`` kind."""
+    return LengthPenaltyReward(spec.length_penalty, spec.length_target)
+
+
+def build_regex_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+    """The ``regex`` kind."""
+    return RegexReward(spec.regex)
 
 
 SHARED_WITH_CRITIC = "the critic's base"  # make_roles' reward: the LoRA critic's base, adapters off

@@ -1,5 +1,5 @@
 """Generation engines behind one protocol (:class:`GenerationEngine`), chosen by name
-(``rollout.engine``) from the registry (:mod:`tether.rollout.registry`) and built through it
+(``rollout.engine``) from the registry (:mod:`tether.registry.engines`) and built through it
 (:func:`make_engine`, :func:`build_engine`). Importing this package imports no torch: the
 engines' modules load when used (vLLM is a heavy extra)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from tether.rollout.registry import (
+from tether.registry.engines import (
     DEFAULT_ENGINE,
     ENGINES,
     EngineSpec,

@@ -77,7 +77,7 @@ StepHook = Callable[[Tensor], Tensor]
 class GenerationEngine(Protocol):
     """Anything that turns prompt ids into responses: the lean loop, HF ``generate``, vLLM.
 
-    Registered by name in :mod:`tether.rollout.registry`, whose entry declares what the engine
+    Registered by name in :mod:`tether.registry.engines`, whose entry declares what the engine
     can do (holds its own weights, returns entropies, its log-probs switch, its settings block,
     a post-sync check). The class side builds and checks; the instance side samples and syncs.
     """

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.rollout.registry import captured_logprobs, engine_class, engine_settings_block, engine_spec
+from tether.registry.engines import captured_logprobs, engine_class, engine_settings_block, engine_spec
 
 
 @dataclass(frozen=True)

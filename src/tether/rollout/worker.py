@@ -289,7 +289,7 @@ def _build(spec: WorkerSpec):
     replaces every one), in eval mode, and ``spec.engine`` over it."""
     from transformers import AutoModelForCausalLM
 
-    from tether.rollout.registry import engine_class
+    from tether.registry.engines import engine_class
     from tether.rollout.setup import EngineSetup
 
     torch.set_num_threads(spec.threads)

@@ -2,7 +2,7 @@
 response token, (B, A). tether refuses it where the loop calls experience(), naming it."""
 
 from tether.algorithms.clipped import CriticFree
-from tether.algorithms.registry import AlgorithmSpec, register_algorithm
+from tether.registry.algorithms import AlgorithmSpec, register_algorithm
 from tether.types import Experience
 
 

@@ -3,7 +3,7 @@ class, one registration. Policy gradient with the batch's mean score as the base
 advantage at every token of a response), the shared clipped actor loss, no critic."""
 
 from tether.algorithms.clipped import CriticFree
-from tether.algorithms.registry import AlgorithmSpec, register_algorithm
+from tether.registry.algorithms import AlgorithmSpec, register_algorithm
 from tether.types import Experience
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.algorithms.registry import (
+from tether.registry.algorithms import (
     ALGORITHMS,
     PLUGINS_ENV,
     AlgorithmSpec,
@@ -21,7 +21,7 @@ from tether.algorithms.registry import (
 from tether.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "tether"
-REGISTRY = SRC / "algorithms" / "registry.py"
+REGISTRY = SRC / "registry" / "algorithms.py"
 BUILT_IN = ("ppo", "grpo", "rloo", "reinforce_pp")
 
 
@@ -48,7 +48,7 @@ def spelled_names(path: Path) -> list[tuple[int, str]]:
 def test_no_algorithm_name_is_spelled_outside_the_registry():
     found = {f"{path.relative_to(SRC)}:{line}": name for path in sorted(SRC.rglob("*.py")) if path != REGISTRY
              for line, name in spelled_names(path)}
-    assert not found, f"algorithm names spelled outside algorithms/registry.py: {found}"
+    assert not found, f"algorithm names spelled outside registry/algorithms.py: {found}"
 
 
 def test_the_check_finds_a_spelled_name(tmp_path):

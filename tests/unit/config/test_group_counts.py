@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.algorithms.registry import ALGORITHMS, AlgorithmSpec, register_algorithm
+from tether.registry.algorithms import ALGORITHMS, AlgorithmSpec, register_algorithm
 from tether.config import PPOConfig, load_config
 from tether.errors import ConfigError
 

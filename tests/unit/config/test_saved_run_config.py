@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tether.algorithms.registry import ALGORITHMS
+from tether.registry.algorithms import ALGORITHMS
 from tether.cli import main
 from tether.config import load_config, to_dict
 from tether.errors import ConfigError
 from tether.runs import prepare_run_dir
-from tether.stages import stages
+from tether.registry.stages import stages
 
 RL_REQUIRED = ["prompts={data}", "reward.callable=tether.tasks.arith.judge:gold_reward"]
 

@@ -5,9 +5,8 @@ Layers, lowest first: a module imports only from its own layer or a lower one (e
 counts, those inside functions too). Each package or module of ``tether`` is placed in exactly
 one layer below (a new one must be placed before its first test run); the declared order of
 docs/architecture.md is the order of its named layers here. The registries (names and metadata
-only, which the config reads: ``algorithms/registry.py``, ``rollout/registry.py`` and
-``rollout/vllm_spec.py``, and the stage table ``stages.py``) sit in the foundation, below the
-packages whose classes they name by string.
+only, which the config reads: the ``registry`` package) sit in the foundation, below the packages
+whose classes they name by string.
 
 The loops import neither Ray nor the CPU speedups and never read a model off a role (no ``x.model``
 attribute anywhere in ``tether/loops``; ``cfg.model`` is the config block).
@@ -35,8 +34,7 @@ LAYERS = (
     # What every layer may use: errors, paths, bounded waits, device and rank helpers, the config and
     # the registries it checks names against, metrics files and their trackers, the demo tasks' data.
     ("foundation", ("errors", "outputs", "services", "child_guard", "runtime", "config", "metrics", "trackers",
-                    "tasks", "dispatch", "targets", "stages", "algorithms.registry", "rollout.registry",
-                    "rollout.vllm_spec")),
+                    "tasks", "dispatch", "targets", "registry")),
     ("models", ("models",)),
     ("engines", ("engines", "distributed", "data")),
     ("run files", ("runs", "cards", "checkpoint")),

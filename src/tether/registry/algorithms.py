@@ -10,26 +10,16 @@ A third-party algorithm is one file that defines a class with the
 :class:`~tether.algorithms.base.Algorithm` protocol and calls :func:`register_algorithm`; the
 ``TETHER_PLUGINS`` environment variable (comma-separated module names or ``.py`` paths) or an
 installed package's ``tether.plugins`` entry point makes the CLI import it before it builds its
-commands (:func:`load_plugins`).
+commands (:func:`tether.registry.plugins.load_plugins`).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
-import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from tether.errors import ConfigError, one_line
+from tether.errors import ConfigError
+from tether.registry.plugins import PLUGINS_ENV, claim, load_plugins
 from tether.targets import import_callable
-
-#: The environment variable naming plugin modules (or ``.py`` files) to import before a run.
-PLUGINS_ENV = "TETHER_PLUGINS"
-#: The entry-point group an installed package registers its plugin module under.
-PLUGINS_GROUP = "tether.plugins"
 
 
 @dataclass(frozen=True)
@@ -77,45 +67,37 @@ _BUILT_IN: set[str] = set()  # the names registered below, in this module: no pl
 #: The algorithm of the demo pipeline, the preset and ``tether.ppo``'s default config.
 DEFAULT_ALGORITHM = "ppo"
 
-#: Names the RL commands cannot take: the other commands and stages.
-RESERVED = frozenset({"demo", "sft", "rm", "dpo", "simpo", "orpo", "kto", "eval", "compare", "pairs", "label", "iterate",
-                      "sweep", "report", "serve", "bench", "launch", "run", "dry_run", "reward_model"})
+#: The commands and API functions that are not stages: no algorithm (whose name becomes both) may take one.
+COMMANDS = frozenset({"demo", "eval", "compare", "pairs", "label", "iterate", "sweep", "report", "serve", "bench",
+                      "launch", "run", "dry_run"})
+
+
+def reserved_names() -> frozenset[str]:
+    """Names an algorithm cannot take: the other commands, and every other stage's command and API name."""
+    from tether.registry.stages import STAGES
+
+    return COMMANDS | {n for spec in STAGES.values() for n in (spec.name, spec.api)}
 
 
 def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
     """Add ``spec`` to :data:`ALGORITHMS`. Its name becomes a command (``tether NAME``), an API
-    function and a value of the config key ``algorithm``.
+    function, a stage and a value of the config key ``algorithm``.
 
     A name is owned by the module that first registered it: the same module registering it again
     replaces its entry (a reloaded plugin), but a built-in algorithm's name, or another plugin's,
     is refused, so a plugin can never silently change what ``tether ppo`` runs."""
-    if not spec.name.isidentifier() or spec.name in RESERVED:
+    reserved = reserved_names()
+    if not spec.name.isidentifier() or spec.name in reserved:
         raise ConfigError(f"Algorithm name {spec.name!r}: expected a Python identifier that is not one of tether's "
-                          f"commands ({', '.join(sorted(RESERVED))}).")
+                          f"commands ({', '.join(sorted(reserved))}).")
     if spec.min_group_size < 1 or spec.default_group_size < spec.min_group_size:
         raise ConfigError(f"Algorithm {spec.name!r}: default_group_size {spec.default_group_size} must be at least "
                           f"min_group_size {spec.min_group_size} (>= 1).")
     held = ALGORITHMS.get(spec.name)
-    if held is not None and (spec.name in _BUILT_IN or _owner(held) != _owner(spec)):
-        whose = f"tether's built-in {held.title}" if spec.name in _BUILT_IN else f"the plugin {_owner(held)!r}"
-        raise ConfigError(f"Algorithm name {spec.name!r} is already registered by {whose} ({_target(held)}); "
-                          f"{_owner(spec)!r} ({_target(spec)}) may not replace it: expected a name no registered "
-                          f"algorithm has (registered: {', '.join(ALGORITHMS)}).")
+    claim(ALGORITHMS, _BUILT_IN, "Algorithm", spec.name, spec, spec.target, held and held.target,
+          held and held.title)
     ALGORITHMS[spec.name] = spec
     return spec
-
-
-def _owner(spec: AlgorithmSpec) -> str:
-    """The module an entry's class lives in: who registered the name."""
-    if isinstance(spec.target, str):
-        return spec.target.partition(":")[0]
-    return str(getattr(spec.target, "__module__", None) or type(spec.target).__module__)
-
-
-def _target(spec: AlgorithmSpec) -> str:
-    if isinstance(spec.target, str):
-        return spec.target
-    return f"{_owner(spec)}:{getattr(spec.target, '__qualname__', type(spec.target).__qualname__)}"
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec:
@@ -130,99 +112,6 @@ def algorithm_spec(name: str) -> AlgorithmSpec:
 def build_algorithm(name: str, cfg):
     """An instance of algorithm ``name`` for the resolved config ``cfg``."""
     return algorithm_spec(name).load()(cfg)
-
-
-_loaded: set[str] = set()  # plugin modules, files and entry points imported so far
-_installed: list | None = None  # the installed packages' plugin entry points, read once per process
-
-
-def _installed_plugins() -> list:
-    """The ``tether.plugins`` entry points of the installed packages (scanned on first use only:
-    the scan reads every distribution's metadata, and config validation asks the registry often)."""
-    global _installed
-    if _installed is None:
-        try:
-            from importlib.metadata import entry_points
-
-            _installed = list(entry_points(group=PLUGINS_GROUP))
-        except Exception:  # a broken installed distribution must not stop tether itself
-            _installed = []
-    return _installed
-
-
-def _import_plugin(name: str) -> None:
-    """Import the plugin ``name``: a module name, or a ``.py`` file's path."""
-    if not name.endswith(".py"):
-        importlib.import_module(name)
-        return
-    path = Path(name).expanduser().resolve()
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    if spec is None or not path.is_file():
-        raise FileNotFoundError(f"No such file {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        # A half-run module must not stay importable: the next load_plugins (or an import of it
-        # by name) would find it there and skip the error.
-        if sys.modules.get(path.stem) is module:
-            del sys.modules[path.stem]
-        raise
-
-
-def _cause(err: BaseException, name: str) -> str:
-    """What went wrong importing plugin ``name``, in one line: where a syntax error is, which
-    module is missing, or the exception and the line that raised it."""
-    if isinstance(err, SyntaxError):
-        where = Path(err.filename).name if err.filename else name
-        return f"{type(err).__name__} at line {err.lineno} of {where}: {one_line(err.msg, 200)}"
-    if isinstance(err, FileNotFoundError) and str(err).startswith("No such file "):
-        return str(err)
-    if isinstance(err, ModuleNotFoundError) and err.name and (name == err.name or name.startswith(err.name + ".")):
-        # the plugin itself (or its package) is not importable, not one of its own imports
-        return f"No module named {err.name!r} on sys.path (a .py file is named by its path, ending in .py)"
-    text = f"{type(err).__name__}: {one_line(err, 300)}" if str(err) else type(err).__name__
-    frames = traceback.extract_tb(err.__traceback__)
-    if frames and not isinstance(err, ImportError):
-        text += f" (raised at {Path(frames[-1].filename).name} line {frames[-1].lineno})"
-    return text
-
-
-def _plugin_error(which: str, err: Exception, name: str, fix: str) -> ConfigError:
-    """The one-paragraph error for plugin ``which`` (how the user named it) that raised ``err``."""
-    if isinstance(err, ConfigError):  # it imported, but tether refused what it registers (a taken name, ...)
-        return ConfigError(f"{which} was refused while it imported: {one_line(err).rstrip('.')} ({fix}).")
-    return ConfigError(f"{which} failed to import: {_cause(err, name)}; expected a module that imports without "
-                       f"error and registers its algorithms with register_algorithm ({fix}).")
-
-
-def load_plugins() -> None:
-    """Import the plugin modules of ``TETHER_PLUGINS`` and the ``tether.plugins`` entry points
-    (once each); a plugin that fails to import is a one-paragraph :class:`ConfigError` naming it,
-    the cause and what was expected (the CLI prints it and exits 2). Nothing calls this at
-    ``import tether``: the registry's users (the CLI's command list, ``tether.NAME``, a run's
-    config checks) call it on first use, where a broken plugin is an error they report."""
-    for name in (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",")):
-        if not name or name in _loaded:
-            continue
-        try:
-            _import_plugin(name)
-        except Exception as err:
-            raise _plugin_error(f"{PLUGINS_ENV} names {name!r}, which", err, name,
-                                f"fix it, or remove it from {PLUGINS_ENV}") from err
-        _loaded.add(name)
-    for point in _installed_plugins():
-        if point.value in _loaded:
-            continue
-        try:
-            point.load()
-        except Exception as err:
-            dist = getattr(getattr(point, "dist", None), "name", None)
-            of = f" of the installed package {dist!r}" if dist else ""
-            raise _plugin_error(f"The '{PLUGINS_GROUP}' entry point {point.name!r} ({point.value}){of}", err,
-                                point.module, "fix or uninstall the package") from err
-        _loaded.add(point.value)
 
 
 register_algorithm(AlgorithmSpec(

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tether.errors import ConfigError
+from tether.registry.plugins import claim, load_plugins
 from tether.targets import import_callable
-from tether.rollout import vllm_spec
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class EngineSpec:
 
 #: ``rollout.engine`` name -> its entry (insertion order: the order help and errors list them).
 ENGINES: dict[str, EngineSpec] = {}
+_BUILT_IN: set[str] = set()  # the names registered below, in this module: no plugin may take one
 
 #: The engine that samples a policy already in memory when the configured one cannot (a frozen
 #: policy measured by the demo), and the default of ``rollout.engine`` and ``--engine``.
@@ -57,20 +58,26 @@ DEFAULT_ENGINE = "lean"
 
 
 def register_engine(spec: EngineSpec) -> EngineSpec:
-    """Add ``spec`` to :data:`ENGINES` (a name already there is replaced)."""
+    """Add ``spec`` to :data:`ENGINES`; a built-in engine's name, or another module's, is refused
+    (:func:`tether.registry.plugins.claim`)."""
     if ":" not in spec.target:
-        raise ValueError(f"engine {spec.name!r}: target {spec.target!r} must be 'module:Class'")
+        raise ConfigError(f"Engine {spec.name!r}: target {spec.target!r} must be 'module:Class'.")
+    held = ENGINES.get(spec.name)
+    claim(ENGINES, _BUILT_IN, "Engine", spec.name, spec, spec.target, held and held.target, held and held.title)
     ENGINES[spec.name] = spec
     return spec
 
 
 def engine_names() -> tuple[str, ...]:
-    """The registered engine names, in registration order."""
+    """The registered engine names (plugins' included), in registration order."""
+    load_plugins()
     return tuple(ENGINES)
 
 
 def engine_spec(name: str, key: str = "rollout.engine") -> EngineSpec:
     """The entry of engine ``name``; a ConfigError naming ``key`` and the choices if none."""
+    if name not in ENGINES:
+        load_plugins()
     try:
         return ENGINES[name]
     except KeyError:
@@ -115,4 +122,10 @@ register_engine(EngineSpec(
     holds_own_weights=False, returns_entropy=True, logprobs_switch="capture_logprobs", config_block=None,
     post_sync_check=False))
 
-register_engine(EngineSpec(**vllm_spec.CAPABILITIES))  # its name lives with the vLLM engine
+register_engine(EngineSpec(
+    name="vllm", title="vLLM", target="tether.rollout.vllm_engine:VLLMGenerationEngine",
+    description="a vLLM engine holding its own copy of the policy, synced after every update (rollout.vllm.*)",
+    holds_own_weights=True,
+    returns_entropy=False,  # vLLM gives the sampled tokens' log-probs only
+    logprobs_switch="use_engine_logprobs", config_block="rollout.vllm", post_sync_check=True))
+_BUILT_IN.update(ENGINES)

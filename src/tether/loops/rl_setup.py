@@ -100,14 +100,13 @@ class ScoreNormalizer:
 
 
 def score_rollout(reward, rollout, cfg: PPOConfig, device) -> tuple[torch.Tensor, dict[str, float]]:
-    """The reward role's (B,) raw scores of ``rollout`` in float32 on ``device``, and with
-    ``reward.terms`` each term's batch mean ``reward/<name>`` (from one ``score_terms`` call: (B, T))."""
-    terms = cfg.reward.terms
-    if not terms:
-        return reward.score(rollout).float().to(device), {}
+    """The reward role's (B,) raw scores of ``rollout`` in float32 on ``device``: every source answers
+    its terms' scores ((B, T) from one ``score_terms`` call; one term for a single source), weighed
+    here; with ``reward.terms``, each term's batch mean ``reward/<name>`` too."""
+    names, weights = cfg.reward.term_weights()
     per_term = reward.score_terms(rollout)
-    names = [term.name for term in terms]
-    return combine_terms(per_term, [term.weight for term in terms]).to(device), term_means(per_term, names)
+    logged = term_means(per_term, names) if cfg.reward.terms else {}
+    return combine_terms(per_term, weights).to(device), logged
 
 
 def shape_scores(raw: torch.Tensor, ended: torch.Tensor, normalize: "ScoreNormalizer", cfg: PPOConfig) -> torch.Tensor:

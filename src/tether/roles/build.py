@@ -27,7 +27,7 @@ from tether.roles.builder import base_engine, build_trained
 from tether.roles.critic import Critic, SharedTrunkCritic, ValueHead
 from tether.roles.groups import ROLE_NAMES, role_names
 from tether.roles.policy import Actor, PolicyWithValueHead, Reference
-from tether.roles.reward import ModelReward, RewardSource
+from tether.roles.reward import ModelReward, RewardSource, as_reward_source
 from tether.roles.sources import (
     SHARED_WITH_CRITIC,
     build_reward,
@@ -135,6 +135,8 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     adapters = adapters or {}
     if isinstance(reward, torch.nn.Module):
         reward = ModelReward(InferenceEngine(reward, settings.device, settings.precision))
+    elif reward is not None and reward != SHARED_WITH_CRITIC:
+        reward = as_reward_source(reward)
     if reward == SHARED_WITH_CRITIC and not (cfg.critic.lora.enabled and not cfg.critic.shared_trunk):
         raise ValueError("a reward shared with the critic's base needs LoRA on a separate critic (critic.lora.r > 0)")
     shared = cfg.critic.shared_trunk

@@ -21,6 +21,7 @@ from torch import Tensor
 from tether import services
 from tether.dispatch import rows
 from tether.errors import ModelError, one_line
+from tether.roles.reward import OneTerm
 from tether.types import Rollout
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ API_KEY_ENV = "TETHER_API_KEY"
 RETRY_STATUS = (429, 502, 503, 504)  # a busy or restarting server: worth another try
 
 
-class RemoteReward:
+class RemoteReward(OneTerm):
     """``score(rollout) -> (B,)`` from ``{url}/v1/rewards``, with a few retries on connection errors."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 120.0, retries: int = 2,

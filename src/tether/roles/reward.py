@@ -1,4 +1,6 @@
-"""Reward sources: a reward model, a python callable, or an ensemble. All give (B,) scores."""
+"""Reward sources: a reward model, a python callable, or an ensemble. Each gives (B,) scores and
+answers per-term scores (:class:`RewardSource`): one term here, several for a composed reward;
+the RL loop weighs the terms in one place (:func:`tether.algos.reward_terms.combine_terms`)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,41 @@ class RewardSource(Protocol):
     def score(self, rollout: Rollout) -> Tensor:
         """(B,) one score per episode, read after the whole response."""
 
+    @rows
+    def score_terms(self, rollout: Rollout) -> Tensor:
+        """(B, T) each term's raw score, float32 on the CPU (T = 1 for a single source)."""
 
-class ModelReward:
+
+class OneTerm:
+    """A single source's :meth:`RewardSource.score_terms`: its score as the one term."""
+
+    @rows
+    def score_terms(self, rollout: Rollout) -> Tensor:
+        return self.score(rollout).detach().float().cpu()[:, None]
+
+
+class SourceTerms(OneTerm):
+    """A source that has only ``score`` (a plugin kind's, one built in memory), answering the protocol."""
+
+    def __init__(self, source):
+        self.source = source
+        self.name = getattr(source, "name", type(source).__name__)
+
+    @property
+    def model(self):
+        return getattr(self.source, "model", None)
+
+    @rows
+    def score(self, rollout: Rollout) -> Tensor:
+        return self.source.score(rollout)
+
+
+def as_reward_source(source) -> RewardSource:
+    """``source`` answering :class:`RewardSource` in full (wrapped when it has only ``score``)."""
+    return source if callable(getattr(source, "score_terms", None)) else SourceTerms(source)
+
+
+class ModelReward(OneTerm):
     """A frozen ``*ForSequenceClassification`` reward model sharing the policy's tokenizer.
 
     The score is the head at the last real token (the EOS when there is one) minus the
@@ -52,7 +87,7 @@ class ModelReward:
         return raw - self.offset
 
 
-class CallableReward:
+class CallableReward(OneTerm):
     """``fn(prompts: list[str], responses: list[str]) -> list[float]``, e.g. a rule or a judge."""
 
     def __init__(self, fn: Callable[[list[str], list[str]], list[float]], name: str = "a python callable"):
@@ -78,7 +113,7 @@ def combine_scores(scores: Tensor, how: str, std_coef: float = 1.0) -> Tensor:
     raise ConfigError(f"Unknown reward.combine '{how}': expected mean, min or mean_minus_std.")
 
 
-class EnsembleReward:
+class EnsembleReward(OneTerm):
     """Several reward sources combined per episode."""
 
     def __init__(self, members: list[RewardSource], combine: str = "mean", std_coef: float = 1.0):

@@ -15,11 +15,11 @@ from torch import Tensor
 
 from tether.algos.reward_terms import combine_terms, length_penalty
 from tether.dispatch import rows
-from tether.roles.reward import RewardSource
+from tether.roles.reward import OneTerm, RewardSource
 from tether.types import Rollout
 
 
-class LengthPenaltyReward:
+class LengthPenaltyReward(OneTerm):
     """``-coef * max(0, response tokens - target)``; tokens as the response mask counts them (EOS included)."""
 
     def __init__(self, coef: float, target: int):
@@ -31,7 +31,7 @@ class LengthPenaltyReward:
         return length_penalty(rollout.lengths.cpu(), self.coef, self.target)
 
 
-class RegexReward:
+class RegexReward(OneTerm):
     """1.0 when ``re.search(pattern, response text)`` finds the pattern, else 0.0."""
 
     def __init__(self, pattern: str):

@@ -11,7 +11,7 @@ from tether.engines import EngineSettings, InferenceEngine
 from tether.errors import ModelError
 from tether.models import load_scalar_model, load_tokenizer
 from tether.models.loading import has_tokenizer_files
-from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource
+from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource, as_reward_source
 from tether.roles.reward_terms import ComposedReward, LengthPenaltyReward, RegexReward
 from tether.registry.rewards import kind_of
 from tether.targets import import_callable
@@ -92,11 +92,13 @@ def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardS
     """The run's reward: the ``reward`` block's one source, or a composition of named, weighted terms
     (``reward.terms``); each source built by its kind's registry entry (:mod:`tether.registry.rewards`)."""
     if not cfg.reward.terms:
-        return kind_of(cfg.reward, "reward").builder()(cfg.reward, "reward", cfg, tokenizer, settings)
+        return as_reward_source(kind_of(cfg.reward, "reward").builder()(cfg.reward, "reward", cfg, tokenizer,
+                                                                        settings))
     terms = []
     for i, term in enumerate(cfg.reward.terms):
         key = f"reward.terms[{i}]"
-        terms.append((term.name, term.weight, kind_of(term, key).builder()(term, key, cfg, tokenizer, settings)))
+        source = as_reward_source(kind_of(term, key).builder()(term, key, cfg, tokenizer, settings))
+        terms.append((term.name, term.weight, source))
     return ComposedReward(terms)
 
 

@@ -38,6 +38,7 @@ READY_TIMEOUT_S = 30.0  # the watcher's first look, on a busy machine
 RELEASE = b"release"  # the parent ends normally
 REMOVE = b"remove "  # + a path: a scratch directory of the parent's, removed if it dies
 
+# Process-wide by nature: one watcher process per parent process, shared by every run in it.
 _lock = threading.Lock()
 _watcher: subprocess.Popen | None = None
 _owner: int | None = None  # the pid whose watcher _watcher is (a forked child has none)

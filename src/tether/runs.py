@@ -365,6 +365,7 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+# The fault-injection hook's counters (tests only, TETHER_FAULT): per process, as the kill they time.
 _FAULT_COUNTS: dict[str, int] = {}
 
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor
 
+from tether.models.state import state_of
 from tether.data import collate_left, collate_right
 from tether.models import last_layer
 from tether.models.lora import unwrap
@@ -213,7 +214,7 @@ def assert_modes_agree(module, compute, where: str, rows: int, expect_grads: boo
 def assert_trimmed_if_supported(model, arch: str, where: str) -> None:
     """The Llama-layout shapes ran their last layer at the read positions only (in both modes)."""
     if arch in TRIMMED:
-        assert last_layer._VERIFIED.get(unwrap(model)) is True, f"{where}: the last layer was not trimmed"
+        assert state_of(unwrap(model)).last_layer is True, f"{where}: the last layer was not trimmed"
 
 
 # -- an RL experience whose ratios differ from 1 -------------------------------------------------

@@ -30,6 +30,7 @@ from packing_helpers import (
     with_lora,
     with_value_head,
 )
+from tether.models.state import state_of
 from tether.algorithms import ALGORITHMS
 from tether.registry.algorithms import build_algorithm
 from tether.algos import bradley_terry_loss, masked_mean
@@ -166,7 +167,7 @@ def test_last_layer_trimmed_and_full(arch, trim, packed_first):
     last_layer.decoder_layers(module.policy)[-1].mlp.register_forward_hook(
         lambda _, args, out: mlp_tokens.append(args[0].shape[0] * args[0].shape[1]))
     assert_modes_agree(module, compute, where, len(ro), packed_first=packed_first)
-    assert last_layer._VERIFIED.get(module.policy) is trim
+    assert state_of(module.policy).last_layer is trim
     # Trimmed and packed, the last layer runs only at the read positions (P - 1 .. T - 2) that are real.
     read = int(ro.attention_mask[:, ro.num_prompt_tokens - 1:-1].sum())
     assert (read in mlp_tokens) is trim, (where, read, mlp_tokens)

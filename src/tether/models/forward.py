@@ -53,6 +53,8 @@ def leading_padding(attention_mask: Tensor, limit: int | None = None) -> int:
     return int(real.long().argmax())
 
 
+# A cache, not a verdict: trunk -> {mode: its torch.compile'd module}. Not on the model itself:
+# an nn.Module attribute holding a module would register it as a submodule (and save it).
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 

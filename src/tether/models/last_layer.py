@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import weakref
 from contextlib import contextmanager
 from types import MethodType
 
@@ -27,6 +26,7 @@ import torch
 from torch import Tensor
 
 from tether.models.packing import FP32_SDPA, PACKED_SDPA, PACKED_SDPA_FP32
+from tether.models.state import state_of
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,6 @@ LLAMA_LAYOUT = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer")
 #: packed SDPA switched in for a packed pass (:mod:`tether.models.packing`).
 MASKED_ATTENTION = ("sdpa", "eager", FP32_SDPA, PACKED_SDPA, PACKED_SDPA_FP32)
 
-# model -> whether its trimmed last layer matched the full one on the first batch.
-_VERIFIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def decoder_layers(model):
@@ -132,7 +130,7 @@ def last_layer_at(model, keep: slice | Tensor | None):
     returns all T positions, so callers slice its output with :func:`take_positions` when it
     still has T positions. Not for concurrent use of one model from two threads.
     """
-    if keep is None or _VERIFIED.get(model) is not True:
+    if keep is None or state_of(model).last_layer is not True:
         yield
         return
     with _trimmed(model, keep):
@@ -161,12 +159,12 @@ def _trimmed(model, keep):
 
 def run_in_full(model) -> None:
     """Never trim ``model``'s last layer (``ppo.trim_last_layer=false``)."""
-    _VERIFIED[model] = False
+    state_of(model).last_layer = False
 
 
 def needs_check(model) -> bool:
     """``model`` could be trimmed and has not been checked yet."""
-    return model not in _VERIFIED and supported(model)
+    return state_of(model).last_layer is None and supported(model)
 
 
 def check(model, run_trunk, keep: slice | Tensor) -> bool:
@@ -181,7 +179,7 @@ def check(model, run_trunk, keep: slice | Tensor) -> bool:
         with _trimmed(model, keep):
             trimmed = run_trunk()
     ok = full.shape == trimmed.shape and torch.allclose(trimmed, full, rtol=1e-3, atol=1e-4)
-    _VERIFIED[model] = ok
+    state_of(model).last_layer = ok
     if not ok:
         log.warning("%s: the last layer at the read positions did not match the full forward; "
                     "running the full forward for this model.", type(model).__name__)

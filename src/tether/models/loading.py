@@ -65,6 +65,7 @@ def _local_only(name_or_path: str) -> bool:
     return Path(name_or_path).expanduser().exists() or hub_offline()
 
 
+# Process-wide by nature: whether the hub's host answers, asked once per process, not per model.
 _HUB_REACHABLE: dict[str, bool] = {}
 
 

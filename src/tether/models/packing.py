@@ -32,11 +32,12 @@ its packed forward matched its padded forward at its first pass
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from tether.models.state import state_of
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,6 @@ NATIVE = ("flash_attention_2", "flash_attention_3", "flex_attention", "eager")
 #: longest: at most 1 / 0.8² ≈ 1.56× a group's own attention FLOPs are spent on its padding.
 GROUP_FILL = 0.8
 
-# model -> whether its passes may pack (model.padding_free); absent: on.
-_SETTING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# model -> (packs: bool, reason: str) once decided.
-_VERDICT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _hf_model(model):
@@ -69,12 +66,12 @@ def _hf_model(model):
 
 def set_padding_free(model, enabled: bool) -> None:
     """Whether ``model``'s passes pack their rows (``model.padding_free``); on when never set."""
-    _SETTING[_hf_model(model)] = bool(enabled)
+    state_of(_hf_model(model)).padding_free = bool(enabled)
 
 
 def padding_free(model) -> bool:
     """The setting of :func:`set_padding_free` for ``model`` (True when never set)."""
-    return _SETTING.get(_hf_model(model), True)
+    return state_of(_hf_model(model)).padding_free
 
 
 @dataclass(frozen=True)
@@ -267,12 +264,12 @@ def static_reason(model) -> str | None:
 
 def verdict(model) -> tuple[bool, str] | None:
     """(packs, reason) once decided for ``model``, else None."""
-    return _VERDICT.get(_hf_model(model))
+    return state_of(_hf_model(model)).packing
 
 
 def decide(model, packs: bool, reason: str = "") -> bool:
     """Record whether ``model`` packs; the first refusal is a warning that says why."""
-    _VERDICT[_hf_model(model)] = (packs, reason)
+    state_of(_hf_model(model)).packing = (packs, reason)
     if not packs:
         log.warning("%s: padding-free batches are off for this model (%s); its batches are padded. "
                     "model.padding_free=false pads without this check.", type(model).__name__, reason)

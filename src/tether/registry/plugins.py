@@ -53,6 +53,7 @@ def claim(table: dict, built_in: set[str], kind: str, name: str, spec, target, h
                           f"registered {kind.lower()} has (registered: {', '.join(table)}).")
 
 
+# Process-wide by nature: Python imports a module once per process, and so do the plugins.
 _loaded: set[str] = set()  # plugin modules, files and entry points imported so far
 _installed: list | None = None  # the installed packages' plugin entry points, read once per process
 

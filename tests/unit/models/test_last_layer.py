@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
+from tether.models.state import state_of
 from tether.engines.cpu.attention import use_fp32_attention
 from tether.models import last_layer
 from tether.models.forward import hidden_states, last_token_scores, response_logprobs, response_values
@@ -149,7 +150,7 @@ def test_a_failed_check_turns_trimming_off(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING, logger="tether.models.last_layer"):
         out = hidden_states(model, ids, mask, keep=slice(4, 8))
     assert "did not match" in caplog.text
-    assert last_layer._VERIFIED[model] is False
+    assert state_of(model).last_layer is False
     torch.testing.assert_close(out, hidden_states(full, ids, mask, keep=slice(4, 8)), rtol=1e-5, atol=1e-5)
 
 

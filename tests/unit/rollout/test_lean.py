@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from tether.models.state import state_of
 from tether.bench.setup import SIZES, build_setup
 from tether.models import last_layer
 from tether.models.forward import response_logprobs
@@ -33,7 +34,7 @@ def test_lean_matches_generate_with_a_trimmed_prefill():
     got = sample(LeanGenerationEngine(model, setup.tokenizer), setup)
 
     # The prefill checks the model once (a full and a trimmed pass), then runs trimmed.
-    assert last_layer._VERIFIED[model] is True
+    assert state_of(model).last_layer is True
     assert rows[:3] == [want.num_prompt_tokens, 1, 1], "the prefill ran the last layer's MLP at every prompt position"
     assert torch.equal(got.response_ids, want.response_ids)
     fresh, _ = response_logprobs(full, want.sequences, want.attention_mask, want.num_prompt_tokens,

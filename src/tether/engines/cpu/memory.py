@@ -36,6 +36,7 @@ MMAP_THRESHOLD = 32 << 20  # glibc's largest mmap threshold on 64-bit (HEAP_MAX_
 TRIM_THRESHOLD = 1 << 30
 USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
 
+# Process-wide by nature: glibc's malloc settings belong to the process, applied once.
 _applied = False
 
 

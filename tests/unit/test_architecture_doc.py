@@ -12,6 +12,7 @@ import pytest
 
 from tether.registry.algorithms import ALGORITHMS
 from tether.registry.engines import ENGINES
+from tether.registry.rewards import REWARD_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -42,7 +43,7 @@ def files_knowing(module: str) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("name", list(ALGORITHMS)[:4])
+@pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_a_built_in_algorithm_touches_the_files_the_doc_says(name):
     module = ALGORITHMS[name].target.split(":")[0]
     known = files_knowing(module)
@@ -50,11 +51,11 @@ def test_a_built_in_algorithm_touches_the_files_the_doc_says(name):
     assert 1 + len(known) <= documented_files("an RL algorithm") <= 2
 
 
-@pytest.mark.parametrize("name", ["lean", "hf", "vllm"])
+@pytest.mark.parametrize("name", list(ENGINES))
 def test_a_built_in_engine_touches_the_files_the_doc_says(name):
     module = ENGINES[name].target.split(":")[0]
     known = files_knowing(module)
-    assert len(known) == 1 and known <= {"tether/registry/engines.py", "tether/rollout/vllm_spec.py"}, (name, known)
+    assert known == {"tether/registry/engines.py"}, (name, known)
     assert 1 + len(known) <= documented_files("a generation engine") <= 3
 
 
@@ -65,3 +66,33 @@ def test_the_check_sees_an_import(tmp_path, monkeypatch):
     (tmp_path / "tether" / "loop.py").write_text("from tether.algorithms.x import X\n")
     monkeypatch.setitem(globals(), "SRC", tmp_path)
     assert files_knowing("tether.algorithms.x") == {"tether/loop.py"}
+
+
+def files_naming(function: str, own: str) -> set[str]:
+    """The files under src/ other than ``own`` that name ``function`` (a call, an import or a "module:function" target)."""
+    found = set()
+    for path in SRC.rglob("*.py"):
+        rel = str(path.relative_to(SRC))
+        if rel == own:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Name) and node.id == function) or \
+                    (isinstance(node, ast.Attribute) and node.attr == function) or \
+                    (isinstance(node, ast.alias) and node.name == function) or \
+                    (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(":" + function)):
+                found.add(rel)
+                break
+    return found
+
+
+@pytest.mark.parametrize("name", list(REWARD_KINDS))
+def test_a_built_in_reward_kind_touches_the_files_the_doc_says(name):
+    spec = REWARD_KINDS[name]
+    files = set()
+    for target in (spec.build, spec.plan):
+        module, function = target.split(":")
+        own = "tether/" + module.removeprefix("tether.").replace(".", "/") + ".py"
+        assert files_naming(function, own) == {"tether/registry/rewards.py"}, (name, target)
+        files.add(own)
+    assert callable(spec.builder()) and callable(spec.planner())
+    assert len(files | {"tether/registry/rewards.py"}) == documented_files("a reward kind")

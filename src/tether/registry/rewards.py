@@ -111,22 +111,21 @@ def parse_args(args: list[str], spec: RewardKindSpec, key: str) -> dict[str, str
     return out
 
 
-_ROLES, _PLAN = "tether.roles.sources", "tether.plan.rl_inputs"
 register_reward_kind(RewardKindSpec(
-    "models", f"{_ROLES}:build_model_reward", f"{_PLAN}:plan_model_reward",
+    "models", "tether.roles.sources:build_model_reward", "tether.plan.rl_inputs:plan_model_reward",
     "reward models (sequence-classification checkpoints); several make an ensemble", ("combine", "std_coef"),
     loads_models=True))
 register_reward_kind(RewardKindSpec(
-    "callable", f"{_ROLES}:build_callable_reward", f"{_PLAN}:plan_callable_reward",
+    "callable", "tether.roles.sources:build_callable_reward", "tether.plan.rl_inputs:plan_callable_reward",
     "a Python function(prompts, responses) -> list[float]"))
 register_reward_kind(RewardKindSpec(
-    "url", f"{_ROLES}:build_remote_reward", f"{_PLAN}:plan_remote_reward",
+    "url", "tether.roles.sources:build_remote_reward", "tether.plan.rl_inputs:plan_remote_reward",
     "a reward server (POST /v1/rewards, `tether serve --reward-model`)", ("api_key",),
     logs="the server's failures are errors naming the url"))
 register_reward_kind(RewardKindSpec(
-    "length_penalty", f"{_ROLES}:build_length_penalty", f"{_PLAN}:plan_length_penalty",
+    "length_penalty", "tether.roles.sources:build_length_penalty", "tether.plan.rl_inputs:plan_length_penalty",
     "-coef per response token beyond length_target", ("length_target",)))
 register_reward_kind(RewardKindSpec(
-    "regex", f"{_ROLES}:build_regex_reward", f"{_PLAN}:plan_regex_reward",
+    "regex", "tether.roles.sources:build_regex_reward", "tether.plan.rl_inputs:plan_regex_reward",
     "1 if a regular expression matches the response text, else 0"))
 _BUILT_IN.update(REWARD_KINDS)

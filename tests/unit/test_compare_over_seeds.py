@@ -11,7 +11,7 @@ import time
 import pytest
 
 import tether.compare
-import tether.eval.compare
+import tether.compare
 from tether.cli import main
 
 
@@ -37,7 +37,7 @@ class FakeRuns:
 
 
 def fake_measure(out, demo, runs, seed, eval_repeats):
-    """A single-seed compare.json's data (eval/compare.py's ``measure`` schema, fewer keys)."""
+    """A single-seed compare.json's data (compare.py's ``measure`` schema, fewer keys)."""
     methods = {m: {"gold_score": 0.1 * (seed + 1), "proxy_score": 1.0, "kl": 1.0 + seed / 10, "win_rate_gold": 0.6,
                    "generated_tokens": 0 if m == "dpo" else 1000,
                    **run, "trajectory": [{"step": "final", "gold_score": 0.1 * (seed + 1), "proxy_score": 1.0,
@@ -64,7 +64,7 @@ def run(demo, out, *flags):
 def test_seeds_run_complete_comparisons_and_write_the_aggregate(demo, tmp_path, monkeypatch, capsys):
     fake = FakeRuns()
     monkeypatch.setattr(tether.compare, "run_method", fake)
-    monkeypatch.setattr(tether.eval.compare, "measure", fake_measure)
+    monkeypatch.setattr(tether.compare, "measure", fake_measure)
     out = tmp_path / "cmp"
     assert run(demo, out, "--seed", "3", "--seeds", "2", "--jobs", "2") == 0
     printed = capsys.readouterr().out
@@ -95,7 +95,7 @@ def test_seeds_run_complete_comparisons_and_write_the_aggregate(demo, tmp_path, 
 def test_one_seed_is_one_comparison_in_dir(demo, tmp_path, monkeypatch, capsys):
     fake = FakeRuns()
     monkeypatch.setattr(tether.compare, "run_method", fake)
-    monkeypatch.setattr(tether.eval.compare, "measure", fake_measure)
+    monkeypatch.setattr(tether.compare, "measure", fake_measure)
     out = tmp_path / "cmp"
     assert run(demo, out) == 0
     assert fake.most == 1 and not list(out.glob("seed*"))
@@ -106,7 +106,7 @@ def test_one_seed_is_one_comparison_in_dir(demo, tmp_path, monkeypatch, capsys):
 def test_a_failed_run_stops_new_starts_and_names_its_log(demo, tmp_path, monkeypatch, capsys):
     fake = FakeRuns(fail={("grpo", 0)})
     monkeypatch.setattr(tether.compare, "run_method", fake)
-    monkeypatch.setattr(tether.eval.compare, "measure", fake_measure)
+    monkeypatch.setattr(tether.compare, "measure", fake_measure)
     assert run(demo, tmp_path / "cmp", "--seeds", "2", "--jobs", "2") == 2
     err = capsys.readouterr().err
     assert "`tether grpo` failed (exit 1)" in err and "seed0/grpo.log" in err

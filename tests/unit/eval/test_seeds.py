@@ -53,7 +53,7 @@ def test_over_seeds_keeps_every_seed_and_skips_missing_values() -> None:
 
 
 def single_seed(seed: int, gold: float, kl: float) -> dict:
-    """A single-seed compare.json's data as eval/compare.py's ``measure`` writes it (fewer keys)."""
+    """A single-seed compare.json's data as compare.py's ``measure`` writes it (fewer keys)."""
     return {
         "sft": {"gold_score": -0.37, "proxy_score": -0.35 + seed / 100, "kl": 0.0, "accuracy": 0.43,
                 "spurious_rate": 0.29, "entropy": 0.8, "length_mean": 9.0, "eos_rate": 1.0},

@@ -42,8 +42,7 @@ LAYERS = (
     ("roles", ("roles",)),
     ("placement", ("placement",)),
     ("algorithms & loops", ("algorithms", "loops", "eval", "plan")),
-    ("commands", ("commands", "cli", "api", "compare", "demo", "sweep", "bench", "feedback", "serve", "plots",
-                  "eval.compare")),
+    ("commands", ("commands", "cli", "api", "compare", "demo", "sweep", "bench", "feedback", "serve", "plots")),
 )
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 

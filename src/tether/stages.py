@@ -52,23 +52,23 @@ def _attr(target: str):
 
 
 SUPERVISED = {
-    "sft": StageSpec("sft", "tether.config:SFTConfig", "tether.loops.sft:run_sft", "tether.plan.dry_run:plan_sft",
+    "sft": StageSpec("sft", "tether.config:SFTConfig", "tether.objectives.sft:run_sft", "tether.plan.dry_run:plan_sft",
                      "Supervised fine-tuning on demonstrations (loss on response tokens only).", "sft"),
-    "rm": StageSpec("rm", "tether.config:RewardModelConfig", "tether.loops.reward_model:run_reward_model",
+    "rm": StageSpec("rm", "tether.config:RewardModelConfig", "tether.objectives.reward_model:run_reward_model",
                     "tether.plan.dry_run:plan_rm", "Train a Bradley-Terry reward model on preference pairs.",
                     "reward_model"),
-    "dpo": StageSpec("dpo", "tether.config:DPOConfig", "tether.loops.dpo:run_dpo", "tether.plan.dry_run:plan_dpo",
+    "dpo": StageSpec("dpo", "tether.config:DPOConfig", "tether.objectives.dpo:run_dpo", "tether.plan.dry_run:plan_dpo",
                      "DPO (or IPO): the policy trained on preference pairs directly; no reward model, no RL loop.",
                      "dpo", title="DPO", compared=True),
-    "simpo": StageSpec("simpo", "tether.config:SimPOConfig", "tether.loops.reference_free:run_simpo",
+    "simpo": StageSpec("simpo", "tether.config:SimPOConfig", "tether.objectives.reference_free:run_simpo",
                        "tether.plan.dry_run:plan_simpo",
                        "SimPO: preference pairs, the length-normalised log-probability as the reward; no reference "
                        "model.", "simpo", title="SimPO", compared=True),
-    "orpo": StageSpec("orpo", "tether.config:ORPOConfig", "tether.loops.reference_free:run_orpo",
+    "orpo": StageSpec("orpo", "tether.config:ORPOConfig", "tether.objectives.reference_free:run_orpo",
                       "tether.plan.dry_run:plan_orpo",
                       "ORPO: preference pairs, the chosen responses' NLL plus an odds-ratio term; no reference "
                       "model, no SFT stage needed.", "orpo", title="ORPO", compared=True),
-    "kto": StageSpec("kto", "tether.config:KTOConfig", "tether.loops.kto:run_kto", "tether.plan.dry_run:plan_kto",
+    "kto": StageSpec("kto", "tether.config:KTOConfig", "tether.objectives.kto:run_kto", "tether.plan.dry_run:plan_kto",
                      "KTO: responses labelled desirable or undesirable (or preference pairs, split), against a "
                      "reference; no reward model, no RL loop.", "kto", title="KTO", compared=True, rows_per_pair=2),
 }

@@ -53,7 +53,7 @@ def test_ipo_and_a_lora_policy(trained, tmp_path):
 def test_a_short_run_scores_only_the_rows_it_trains_on(trained, tmp_path, monkeypatch):
     """2 steps of 8 pairs from 300: the reference forwards those 16 rows (and the held-out pairs),
     not the whole file; no NaN (the rows it skipped) reaches a loss."""
-    import tether.loops.dpo as dpo
+    import tether.objectives.dpo as dpo
     from tether.loops.common import batch_indices
 
     forwarded, inside = [], []

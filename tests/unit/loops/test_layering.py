@@ -43,7 +43,7 @@ LAYERS = (
     ("generation", ("rollout",)),
     ("roles", ("roles",)),
     ("placement", ("placement",)),
-    ("algorithms & loops", ("algorithms", "loops", "eval", "plan")),
+    ("algorithms & loops", ("algorithms", "objectives", "loops", "eval", "plan")),
     ("commands", ("commands", "cli", "api", "compare", "demo", "sweep", "bench", "feedback", "serve", "plots",
                   "eval.compare")),
 )

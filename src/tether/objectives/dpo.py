@@ -24,8 +24,8 @@ from tether.distributed import all_gather_objects
 from tether.distributed.shard import rank_slice
 from tether.engines import TrainingEngine, engine_settings, prepare_models
 from tether.loops.common import batch_indices, data_limit, steps_for
-from tether.loops.reward_model import load_pairs
-from tether.loops.sft import trained_causal_lm
+from tether.objectives.reward_model import load_pairs
+from tether.objectives.sft import trained_causal_lm
 from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.loading import load_model_config

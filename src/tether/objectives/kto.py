@@ -2,7 +2,7 @@
 frozen reference, with no reward model and no RL loop (Ethayarajh et al. 2024; the loss in
 :mod:`tether.algos.preference`). It reads unpaired rows or the reward-model stage's preference
 pairs, each pair split into its chosen row (desirable) and its rejected row (undesirable)
-(:mod:`tether.loops.kto_data`).
+(:mod:`tether.objectives.kto_data`).
 
 As DPO's: the reference's summed log-probs are computed once, before the first step, for the
 training rows the run's steps draw and every held-out row, each row's response after its own
@@ -18,7 +18,7 @@ undesirable rows, their margin, z₀ over the held-out rows and, for rows split 
 pairwise accuracy DPO reports.
 
 Deviation: the paper pairs each response with another prompt of the same batch; here each row's
-partner prompt is fixed once over its file (:func:`tether.loops.kto_data.mismatched_partners`), an
+partner prompt is fixed once over its file (:func:`tether.objectives.kto_data.mismatched_partners`), an
 estimate of the same expectation whose reference side is computed once, before training.
 """
 
@@ -31,9 +31,9 @@ from tether.algos.preference import kto_loss, kto_reference_point
 from tether.config import KTOConfig
 from tether.engines import engine_settings
 from tether.loops.common import data_limit, notice, steps_for
-from tether.loops.dpo import pair_logprob_table, policy_and_reference, reference_table, response_logprobs
-from tether.loops.kto_data import load_kto_rows, ratio_notice
-from tether.loops.sft import trained_causal_lm
+from tether.objectives.dpo import pair_logprob_table, policy_and_reference, reference_table, response_logprobs
+from tether.objectives.kto_data import load_kto_rows, ratio_notice
+from tether.objectives.sft import trained_causal_lm
 from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.roles.supervised import StageRoles, SupervisedModel
 from tether.runs import guarded_run

@@ -18,7 +18,7 @@ import random
 from tether.data import load_records, tokenize_unpaired, unpaired_examples
 from tether.errors import DataError
 from tether.loops.common import LengthLimit, notice
-from tether.loops.sft import split_holdout
+from tether.objectives.sft import split_holdout
 
 #: How many rows past the next one a row's mismatched prompt is looked for, when prompts repeat.
 PARTNER_TRIES = 16

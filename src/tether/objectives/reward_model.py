@@ -20,7 +20,7 @@ from tether.data import collate_right, load_records, preference_examples, tokeni
 from tether.errors import DataError
 from tether.loops.common import LengthLimit, data_limit, notice, steps_for
 from tether.loops.stage import StageBody, StageInputs, run_stage
-from tether.loops.sft import optimizer_spec, split_holdout
+from tether.objectives.sft import optimizer_spec, split_holdout
 from tether.metrics import MetricsLogger
 from tether.engines import engine_settings
 from tether.models import load_scalar_model, load_tokenizer

@@ -3,7 +3,7 @@ model (:mod:`tether.algos.preference` holds the losses). The pairs are the rewar
 files, read as DPO reads them.
 
 Each step scores the chosen and rejected responses of a batch in one forward of the policy
-(:func:`tether.loops.dpo.pair_logprobs`): their summed log-probs, and their lengths in tokens.
+(:func:`tether.objectives.dpo.pair_logprobs`): their summed log-probs, and their lengths in tokens.
 
 - SimPO's implicit reward of a response is β·log π(y|x)/|y|.
 - ORPO's is the log odds of its mean token probability; its loss adds the chosen responses'
@@ -24,9 +24,9 @@ import torch
 from tether.algos.preference import log_odds, orpo_loss, simpo_loss
 from tether.config import ORPOConfig, SimPOConfig
 from tether.loops.common import data_limit, steps_for
-from tether.loops.dpo import pair_logprob_table, pair_logprobs
-from tether.loops.reward_model import load_pairs
-from tether.loops.sft import trained_causal_lm
+from tether.objectives.dpo import pair_logprob_table, pair_logprobs
+from tether.objectives.reward_model import load_pairs
+from tether.objectives.sft import trained_causal_lm
 from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.models import load_tokenizer
 from tether.models.loading import load_model_config

@@ -1,0 +1,1 @@
+"""The supervised and preference objectives: SFT, the reward model, DPO and IPO, SimPO, ORPO and KTO."""

@@ -60,11 +60,11 @@ SUPERVISED = {
     "dpo": StageSpec("dpo", "tether.config:DPOConfig", "tether.objectives.dpo:run_dpo", "tether.plan.dry_run:plan_dpo",
                      "DPO (or IPO): the policy trained on preference pairs directly; no reward model, no RL loop.",
                      "dpo", title="DPO", compared=True),
-    "simpo": StageSpec("simpo", "tether.config:SimPOConfig", "tether.objectives.reference_free:run_simpo",
+    "simpo": StageSpec("simpo", "tether.config:SimPOConfig", "tether.objectives.simpo:run_simpo",
                        "tether.plan.dry_run:plan_simpo",
                        "SimPO: preference pairs, the length-normalised log-probability as the reward; no reference "
                        "model.", "simpo", title="SimPO", compared=True),
-    "orpo": StageSpec("orpo", "tether.config:ORPOConfig", "tether.objectives.reference_free:run_orpo",
+    "orpo": StageSpec("orpo", "tether.config:ORPOConfig", "tether.objectives.orpo:run_orpo",
                       "tether.plan.dry_run:plan_orpo",
                       "ORPO: preference pairs, the chosen responses' NLL plus an odds-ratio term; no reference "
                       "model, no SFT stage needed.", "orpo", title="ORPO", compared=True),

@@ -251,7 +251,7 @@ def _plan_supervised(stage: str, cfg, resume: bool, load, unit: str, role: str, 
 def _dpo_reference(cfg, n_train: int, n_eval: int, unit: str = "preference pairs") -> str:
     """What DPO's (or KTO's) reference scores: the training rows the run's steps draw, and the held-out ones."""
     from tether.loops.common import steps_for
-    from tether.objectives.dpo import rows_used
+    from tether.objectives.shared import rows_used
 
     used = rows_used(n_train, cfg.optim.batch_size, steps_for(n_train, cfg.optim.batch_size, cfg.epochs,
                                                               cfg.max_steps), cfg.run.seed)
@@ -293,7 +293,7 @@ def plan_dpo(cfg, resume: bool = False) -> Plan:
 
 
 def _plan_reference_free(stage: str, cfg, resume: bool) -> Plan:
-    from tether.objectives.reference_free import pair_inputs
+    from tether.objectives.shared import pair_inputs
 
     def load(cfg):
         tokenizer, configs, (train, _, evals, counts) = pair_inputs(cfg)
@@ -303,8 +303,7 @@ def _plan_reference_free(stage: str, cfg, resume: bool) -> Plan:
 
 
 def plan_kto(cfg, resume: bool = False) -> Plan:
-    from tether.objectives.kto import kto_inputs
-    from tether.objectives.kto_data import ratio_notice
+    from tether.objectives.kto import kto_inputs, ratio_notice
 
     counts = {}
 

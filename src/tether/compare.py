@@ -203,8 +203,8 @@ def _snapshot_every(demo: Path, method: str) -> int:
 def prepare_demo(demo: Path, seed: int, say) -> Path:
     """The demo task, its SFT model and reward model in ``demo`` (reused when already there)."""
     from tether.demo import stage_configs
-    from tether.loops.reward_model import run_reward_model
-    from tether.loops.sft import run_sft
+    from tether.objectives.reward_model import run_reward_model
+    from tether.objectives.sft import run_sft
     from tether.tasks.arith import build_task
 
     if all((demo / part / "model.safetensors").is_file() for part in ("sft", "rm")):

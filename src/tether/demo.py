@@ -23,8 +23,8 @@ from tether.eval.policies import measured_policy, measured_reward
 from tether.eval.sampling import evaluate_policy
 from tether.eval.win_rate import policy_vs_sft
 from tether.loops.ppo import run_ppo
-from tether.loops.reward_model import run_reward_model
-from tether.loops.sft import run_sft
+from tether.objectives.reward_model import run_reward_model
+from tether.objectives.sft import run_sft
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.models.forward import last_token_scores
 from tether.data import collate_right, encode_response

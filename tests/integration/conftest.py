@@ -18,8 +18,8 @@ from stage_helpers import rm_overrides, sft_overrides  # noqa: E402
 def trained(tiny_task, tmp_path_factory):
     """Run SFT then the reward model once: {'task', 'sft', 'rm' (paths), 'sft_result', 'rm_result'}."""
     from tether.config import RewardModelConfig, SFTConfig, load_config
-    from tether.loops.reward_model import run_reward_model
-    from tether.loops.sft import run_sft
+    from tether.objectives.reward_model import run_reward_model
+    from tether.objectives.sft import run_sft
 
     task = tiny_task["dir"]
     root = tmp_path_factory.mktemp("runs")

@@ -102,11 +102,13 @@ def long_tail_files(task, root) -> dict:
 def stage_role(stage: str, task, tmp_path):
     """(the stage's trained role as its builder makes it, its training rows, the role's weight of
     a row) for one step of one batch of all ``ROWS`` rows; clipping off, no held-out data."""
-    from tether.loops.dpo import build_dpo_roles, dpo_stage_inputs
-    from tether.loops.kto import build_kto_roles, kto_stage_inputs
-    from tether.loops.reference_free import build_orpo_roles, build_simpo_roles, pair_stage_inputs
-    from tether.loops.reward_model import build_rm_roles, rm_stage_inputs
-    from tether.loops.sft import build_sft_roles, sft_stage_inputs
+    from tether.objectives.dpo import build_dpo_roles, dpo_stage_inputs
+    from tether.objectives.kto import build_kto_roles, kto_stage_inputs
+    from tether.objectives.orpo import build_orpo_roles
+    from tether.objectives.reward_model import build_rm_roles, rm_stage_inputs
+    from tether.objectives.sft import build_sft_roles, sft_stage_inputs
+    from tether.objectives.shared import pair_stage_inputs
+    from tether.objectives.simpo import build_simpo_roles
 
     files = long_tail_files(task, tmp_path / "data")
     data = {"sft": files["sft"], "kto": files["kto"]}.get(stage, files["prefs"])
@@ -168,7 +170,7 @@ def test_orpo_nll_is_the_token_mean_of_the_whole_batch(tiny_task, tmp_path):
     per_row, _ = recorded_step(role.engine, lambda: role.update(rows, [[r] for r in rows], 1))
     assert per_row["stats"]["train/nll"] == pytest.approx(whole["stats"]["train/nll"], rel=RTOL)
     # The mean of per-row token means weighs a 1-token response as much as a 40-token one: it differs.
-    from tether.loops.dpo import pair_logprobs
+    from tether.objectives.shared import pair_logprobs
 
     with torch.no_grad():
         pc, _ = pair_logprobs(role.engine.model, [train[r] for r in rows], 0, "none")

@@ -53,11 +53,11 @@ def test_ipo_and_a_lora_policy(trained, tmp_path):
 def test_a_short_run_scores_only_the_rows_it_trains_on(trained, tmp_path, monkeypatch):
     """2 steps of 8 pairs from 300: the reference forwards those 16 rows (and the held-out pairs),
     not the whole file; no NaN (the rows it skipped) reaches a loss."""
-    import tether.loops.dpo as dpo
+    import tether.objectives.shared as shared
     from tether.loops.common import batch_indices
 
     forwarded, inside = [], []
-    reference_of, pair_logprobs = dpo.reference_of, dpo.pair_logprobs
+    reference_of, pair_logprobs = shared.reference_of, shared.pair_logprobs
 
     def counting_reference_of(*args, **kwargs):
         inside.append(True)
@@ -71,8 +71,8 @@ def test_a_short_run_scores_only_the_rows_it_trains_on(trained, tmp_path, monkey
             forwarded.extend(pairs)
         return pair_logprobs(model, pairs, *args)
 
-    monkeypatch.setattr(dpo, "reference_of", counting_reference_of)
-    monkeypatch.setattr(dpo, "pair_logprobs", counting_pair_logprobs)
+    monkeypatch.setattr(shared, "reference_of", counting_reference_of)
+    monkeypatch.setattr(shared, "pair_logprobs", counting_pair_logprobs)
     task, out = trained["task"], tmp_path / "short"
     evals = tmp_path / "eval.jsonl"
     evals.write_text("".join((task / "prefs_eval.jsonl").read_text().splitlines(keepends=True)[:5]))

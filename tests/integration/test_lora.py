@@ -160,7 +160,7 @@ def test_lora_ppo_resumes_bitwise(lora_run, tiny_task, tmp_path):
 
 def test_lora_sft_resumes_bitwise(tiny_task, tmp_path):
     """SIGKILL during the third checkpoint (adapters + optimiser state), resume: the same run."""
-    from tether.loops.sft import run_sft
+    from tether.objectives.sft import run_sft
 
     straight = tmp_path / "straight"
     run_sft(load_config(SFTConfig, None, _overrides(tiny_task, straight)))

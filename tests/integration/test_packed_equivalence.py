@@ -42,9 +42,9 @@ from packing_helpers import (
 )
 from tether.algos import bradley_terry_loss
 from tether.algos.dpo import dpo_loss
-from tether.loops.dpo import pair_logprobs
-from tether.loops.reward_model import pair_scores
-from tether.loops.sft import sft_batch_loss
+from tether.objectives.reward_model import pair_scores
+from tether.objectives.sft import sft_batch_loss
+from tether.objectives.shared import pair_logprobs
 from tether.models.forward import last_token_scores
 
 def test_batches_are_padded_on_both_sides():

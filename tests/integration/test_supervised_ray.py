@@ -27,14 +27,14 @@ RAY = ["placement.backend=ray"]
 
 def sft(trained, out: Path, *extra: str) -> dict:
     from tether.config import SFTConfig, load_config
-    from tether.loops.sft import run_sft
+    from tether.objectives.sft import run_sft
 
     return run_sft(load_config(SFTConfig, None, sft_overrides(trained["task"], out, *COMMON, "max_steps=8", *extra)))
 
 
 def rm(trained, out: Path, *extra: str) -> dict:
     from tether.config import RewardModelConfig, load_config
-    from tether.loops.reward_model import run_reward_model
+    from tether.objectives.reward_model import run_reward_model
 
     overrides = rm_overrides(trained["task"], trained["sft"], out, *COMMON, "max_steps=6", *extra)
     return run_reward_model(load_config(RewardModelConfig, None, overrides))

@@ -24,8 +24,8 @@ from tether.config import RewardModelConfig, SFTConfig, load_config
 from tether.data import collate_left, collate_right
 from tether.engines import OptimizerSpec, TrainingEngine
 from tether.loops.micro_batches import rows_by_token_budget, split_by_token_budget
-from tether.loops.reward_model import build_rm_roles, rm_stage_inputs
-from tether.loops.sft import build_sft_roles, sft_stage_inputs
+from tether.objectives.reward_model import build_rm_roles, rm_stage_inputs
+from tether.objectives.sft import build_sft_roles, sft_stage_inputs
 from tether.loops.supervised import padded_tokens, sequence_tokens
 from tether.metrics.logger import read_metrics
 from tether.roles.critic import ValueHead

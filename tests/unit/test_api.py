@@ -91,7 +91,7 @@ def test_path_objects_are_accepted_as_paths(monkeypatch, tmp_path):
         seen["cfg"] = cfg
         return {}
 
-    monkeypatch.setattr("tether.loops.sft.run_sft", fake_run)
+    monkeypatch.setattr("tether.objectives.sft.run_sft", fake_run)
     preset = tmp_path / "sft.yaml"
     preset.write_text("optim:\n  lr: 3.0e-4\n")
     result = tether.sft(preset, {"model.name_or_path": tmp_path / "model", "data": {"train": Path("t.jsonl")},

@@ -8,9 +8,9 @@ padded, packed, padded, packed ... after one warm-up step of each; the report ho
 
 What a step is, by stage (each one optimiser step of the stage's own loss, through its role):
 
-- ``sft``: :func:`tether.loops.sft.sft_batch_loss` on prompt + response rows;
-- ``rm``: the Bradley-Terry loss of :func:`tether.loops.reward_model.pair_scores` on pairs;
-- ``dpo``: :func:`tether.algos.dpo.dpo_loss` of :func:`tether.loops.dpo.pair_logprobs`, against
+- ``sft``: :func:`tether.objectives.sft.sft_batch_loss` on prompt + response rows;
+- ``rm``: the Bradley-Terry loss of :func:`tether.objectives.reward_model.pair_scores` on pairs;
+- ``dpo``: :func:`tether.algos.dpo.dpo_loss` of :func:`tether.objectives.shared.pair_logprobs`, against
   reference log-probs computed once before the first step;
 - ``ppo`` / ``grpo``: a synthetic rollout (prompts left-padded, responses right-padded) scored by
   the RL loop's passes (actor and reference log-probs, the critic's values, the reward model's
@@ -155,9 +155,9 @@ def supervised_step(stage: str, setup_models: dict, tokenizer, data: list, preci
     from tether.data import collate_right
     from tether.data.tokenize import TokenizedPreference
     from tether.engines import engine_settings
-    from tether.loops.dpo import pair_logprobs
-    from tether.loops.reward_model import pair_scores
-    from tether.loops.sft import optimizer_spec, sft_batch_loss
+    from tether.objectives.reward_model import pair_scores
+    from tether.objectives.sft import sft_batch_loss
+    from tether.objectives.shared import optimizer_spec, pair_logprobs
     from tether.roles.builder import build_trained
     from tether.roles.supervised import SupervisedModel
 
@@ -235,7 +235,7 @@ def rl_config(stage: str, prompts: int, response_length: int, precision: str, de
 
 def rl_rollout(data: list, pad_id: int):
     """A :class:`~tether.types.Rollout` of ``(prompt, response)`` id rows: prompts left-padded,
-    responses right-padded, every response ended (as :func:`tether.loops.dpo.pair_logprobs` builds one)."""
+    responses right-padded, every response ended (as :func:`tether.objectives.shared.pair_logprobs` builds one)."""
     from tether.data import collate_left, collate_right
     from tether.types import Rollout
 

@@ -44,7 +44,7 @@ class TokenizedUnpaired:
     """A KTO row: a prompt and one response, desirable or not; ``pair``: as in
     :class:`~tether.data.schemas.UnpairedExample`. ``kl_prompt_ids`` / ``kl_completion_ids``: the
     mismatched pair KTO's reference point is estimated on (another row's prompt, this row's
-    response cut to fit), filled in once every row is read (:mod:`tether.loops.kto_data`)."""
+    response cut to fit), filled in once every row is read (:mod:`tether.objectives.kto`)."""
 
     prompt_ids: list[int]
     completion_ids: list[int]

@@ -76,7 +76,7 @@ def iterate_demo(out: Path, demo: Path, rounds: int, pairs_per_round: int, label
     from tether.demo import preset, probe_margins
     from tether.feedback.pairs import PairSpec, sample_pairs
     from tether.loops.ppo import run_ppo
-    from tether.loops.reward_model import run_reward_model
+    from tether.objectives.reward_model import run_reward_model
     from tether.metrics.logger import read_metrics
     from tether.models import load_scalar_model, load_tokenizer
     from tether.data import encode_prompt, load_records, prompt_examples, prompt_text

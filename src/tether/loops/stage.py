@@ -8,10 +8,10 @@ and the end: each final model saved with its model card. A body supplies what di
 ``train(cfg, started, out, checkpoint) -> (result, finals)`` (its loop, with logging,
 evaluation, checkpoints and exact resume; the :class:`Final` models to save).
 
-:class:`StageBody` is the supervised stages' body: one trained role (a
-:class:`~tether.roles.supervised.SupervisedModel`), placed in this process or on a Ray worker
-(``placement.backend``) that rebuilds the same inputs and model from the config (the same seed,
-so the same initial weights); the loop sends it the row indices of each batch
+:class:`StageBody` is the supervised stages' body (each method's in :mod:`tether.objectives`): one
+trained role (a :class:`~tether.roles.supervised.SupervisedModel`), placed in this process or on a
+Ray worker (``placement.backend``) that rebuilds the same inputs and model from the config (the
+same seed, so the same initial weights); the loop sends it the row indices of each batch
 (:func:`tether.loops.supervised.train_supervised`). The RL stages' body is
 :class:`tether.loops.rl_run.RLBody`.
 """

@@ -1,4 +1,5 @@
-"""The optimisation loop SFT, the reward model and DPO share: batches, accumulation, evaluation,
+"""The optimisation loop the supervised and preference objectives share (:mod:`tether.objectives`:
+SFT, the reward model, DPO, SimPO, ORPO, KTO): batches, accumulation, evaluation,
 checkpoints and exact resume. The loop holds the trained model's role through a placement
 (:class:`tether.roles.supervised.SupervisedModel`, which owns the stage's data, loss and
 evaluation) and sends it the row indices of each batch, as the RL loop drives the actor.

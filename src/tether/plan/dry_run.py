@@ -248,7 +248,7 @@ def plan_supervised(cfg, stage: str, resume: bool = False) -> Plan:
 def _reference_line(cfg, n_train: int, n_eval: int, unit: str) -> str:
     """What the reference scores (DPO's, KTO's): the training rows the run's steps draw, and the held-out ones."""
     from tether.loops.common import steps_for
-    from tether.loops.dpo import rows_used
+    from tether.objectives.shared import rows_used
 
     used = rows_used(n_train, cfg.optim.batch_size, steps_for(n_train, cfg.optim.batch_size, cfg.epochs,
                                                               cfg.max_steps), cfg.run.seed)

@@ -156,41 +156,41 @@ def _pairs(name: str, title: str, config: str, run: str, summary: str, purpose: 
 
 
 register_stage(StageSpec(
-    "sft", "tether.config:SFTConfig", "tether.loops.sft:run_sft",
+    "sft", "tether.config:SFTConfig", "tether.objectives.sft:run_sft",
     "Supervised fine-tuning on demonstrations (loss on response tokens only).", "sft", title="SFT",
     purpose="supervised fine-tuning on demonstrations (loss on response tokens only)",
-    inputs="tether.loops.sft:plan_inputs", unit="examples", passes=Passes(1, "tokens")))
+    inputs="tether.objectives.sft:plan_inputs", unit="examples", passes=Passes(1, "tokens")))
 register_stage(StageSpec(
-    "rm", "tether.config:RewardModelConfig", "tether.loops.reward_model:run_reward_model",
+    "rm", "tether.config:RewardModelConfig", "tether.objectives.reward_model:run_reward_model",
     "Train a Bradley-Terry reward model on preference pairs.", "reward_model", title="RM",
     purpose="a Bradley-Terry reward model trained on preference pairs", role="reward", card_keys=("normalize",),
-    inputs="tether.loops.reward_model:plan_inputs", unit="preference pairs", passes=Passes(2, "score")))
+    inputs="tether.objectives.reward_model:plan_inputs", unit="preference pairs", passes=Passes(2, "score")))
 register_stage(_pairs(
-    "dpo", "DPO", "tether.config:DPOConfig", "tether.loops.dpo:run_dpo",
+    "dpo", "DPO", "tether.config:DPOConfig", "tether.objectives.dpo:run_dpo",
     "DPO (or IPO): the policy trained on preference pairs directly; no reward model, no RL loop.",
     "DPO on preference pairs (the policy trained directly, no reward model)",
-    ("dpo.beta", "dpo.loss", "dpo.label_smoothing"), True, "tether.loops.dpo:plan_inputs"))
+    ("dpo.beta", "dpo.loss", "dpo.label_smoothing"), True, "tether.objectives.dpo:plan_inputs"))
 register_stage(_pairs(
-    "simpo", "SimPO", "tether.config:SimPOConfig", "tether.loops.reference_free:run_simpo",
+    "simpo", "SimPO", "tether.config:SimPOConfig", "tether.objectives.simpo:run_simpo",
     "SimPO: preference pairs, the length-normalised log-probability as the reward; no reference model.",
     "SimPO on preference pairs (the length-normalised log-probability as the reward, no reference model)",
-    ("simpo.beta", "simpo.gamma"), False, "tether.loops.reference_free:plan_inputs"))
+    ("simpo.beta", "simpo.gamma"), False, "tether.objectives.shared:plan_inputs"))
 register_stage(_pairs(
-    "orpo", "ORPO", "tether.config:ORPOConfig", "tether.loops.reference_free:run_orpo",
+    "orpo", "ORPO", "tether.config:ORPOConfig", "tether.objectives.orpo:run_orpo",
     "ORPO: preference pairs, the chosen responses' NLL plus an odds-ratio term; no reference model, no SFT "
     "stage needed.",
     "ORPO on preference pairs (the chosen responses' NLL plus an odds-ratio term, no reference model)",
-    ("orpo.odds_ratio_weight",), False, "tether.loops.reference_free:plan_inputs"))
+    ("orpo.odds_ratio_weight",), False, "tether.objectives.shared:plan_inputs"))
 register_stage(StageSpec(
-    "kto", "tether.config:KTOConfig", "tether.loops.kto:run_kto",
+    "kto", "tether.config:KTOConfig", "tether.objectives.kto:run_kto",
     "KTO: responses labelled desirable or undesirable (or preference pairs, split), against a reference; no "
     "reward model, no RL loop.", "kto", title="KTO", compared=True, rows_per_pair=2,
     purpose="KTO on responses labelled desirable or undesirable (the policy trained directly, against a reference)",
-    card_keys=("kto.beta", "kto.desirable_weight", "kto.undesirable_weight"), inputs="tether.loops.kto:plan_inputs",
+    card_keys=("kto.beta", "kto.desirable_weight", "kto.undesirable_weight"), inputs="tether.objectives.kto:plan_inputs",
     unit="rows", passes=Passes(1, "responses", 2),
     phases={"logprobs": "the reference's log-probs, own and mismatched prompts, before training",
             "update": "z0's pass without gradient, then forward + backward + AdamW"},
-    plan_note="tether.loops.kto_data:ratio_notice"))
+    plan_note="tether.objectives.kto:ratio_notice"))
 _BUILT_IN.update(STAGES)
 
 

@@ -41,7 +41,7 @@ LAYERS = (
     ("generation", ("rollout",)),
     ("roles", ("roles",)),
     ("placement", ("placement",)),
-    ("algorithms & loops", ("algorithms", "loops", "eval", "plan")),
+    ("algorithms & loops", ("algorithms", "objectives", "loops", "eval", "plan")),
     ("commands", ("commands", "cli", "api", "compare", "demo", "sweep", "bench", "feedback", "serve", "plots")),
 )
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}

@@ -7,7 +7,6 @@ not to imitate users (Ouyang et al. 2022, sec. 3.5).
 from __future__ import annotations
 
 import logging
-import random
 
 import torch
 
@@ -16,29 +15,20 @@ from tether.config import SFTConfig
 from tether.data import collate_right, load_records, sft_examples, tokenize_sft
 from tether.distributed import all_reduce
 from tether.distributed.shard import strided
+from tether.engines import engine_settings
 from tether.errors import DataError
-from tether.runtime import world_size
 from tether.loops.common import LengthLimit, data_limit, notice, steps_for
-from tether.engines import OptimizerSpec, engine_settings
 from tether.loops.stage import StageBody, StageInputs, run_stage
-from tether.models import load_causal_lm, load_tokenizer
+from tether.models import load_tokenizer
 from tether.models.forward import sequence_logprobs
 from tether.models.loading import load_model_config
-from tether.roles.builder import build_trained, resume_adapter, resume_source
+from tether.objectives.shared import split_holdout, trained_causal_lm
 from tether.roles.supervised import StageRoles, SupervisedModel
 from tether.runs import guarded_run
+from tether.runtime import world_size
 from tether.types import to_device
 
 log = logging.getLogger(__name__)
-
-
-def split_holdout(items: list, eval_size: int, seed: int) -> tuple[list, list]:
-    """Hold out ``eval_size`` items chosen by ``seed`` (at most a fifth of the data)."""
-    size = min(eval_size, len(items) // 5)
-    order = list(range(len(items)))
-    random.Random(seed).shuffle(order)
-    held = set(order[:size])
-    return [x for i, x in enumerate(items) if i not in held], [items[i] for i in sorted(held)]
 
 
 def load_sft_data(cfg: SFTConfig, tokenizer, limit: LengthLimit | None = None):
@@ -71,6 +61,23 @@ def load_sft_data(cfg: SFTConfig, tokenizer, limit: LengthLimit | None = None):
         notice(f"{counts['truncated_long']} training examples truncated and {counts['dropped_long']} dropped at "
                f"{limit.tokens} tokens ({limit.capped_by}).")
     return train_tok, eval_tok, counts
+
+
+def sft_inputs(cfg: SFTConfig):
+    """Everything SFT reads before the weights, checked: (tokenizer, the model's config, train and
+    eval examples, their counts). ``tether sft --dry-run`` stops here."""
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    config = load_model_config(cfg.model.name_or_path, "model.name_or_path", cfg.model.trust_remote_code)
+    train, evals, counts = load_sft_data(cfg, tokenizer, data_limit(cfg, {cfg.model.name_or_path: config}))
+    return tokenizer, config, train, evals, counts
+
+
+def sft_stage_inputs(cfg: SFTConfig) -> StageInputs:
+    """:func:`sft_inputs` as the skeleton takes them, with the limits ``config.yaml`` and the card report."""
+    tokenizer, config, train, evals, counts = sft_inputs(cfg)
+    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}
+    return StageInputs(tokenizer, train, evals, counts, limits)
 
 
 def sft_batch_loss(model, batch: dict, total_tokens: int, autocast: str = "none") -> torch.Tensor:
@@ -110,23 +117,6 @@ def sft_eval_sums(model, examples, pad_id: int, batch_size: int, autocast: str =
     return total, count
 
 
-def sft_inputs(cfg: SFTConfig):
-    """Everything SFT reads before the weights, checked: (tokenizer, the model's config, train and
-    eval examples, their counts). ``tether sft --dry-run`` stops here."""
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
-                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
-    config = load_model_config(cfg.model.name_or_path, "model.name_or_path", cfg.model.trust_remote_code)
-    train, evals, counts = load_sft_data(cfg, tokenizer, data_limit(cfg, {cfg.model.name_or_path: config}))
-    return tokenizer, config, train, evals, counts
-
-
-def sft_stage_inputs(cfg: SFTConfig) -> StageInputs:
-    """:func:`sft_inputs` as the skeleton takes them, with the limits ``config.yaml`` and the card report."""
-    tokenizer, config, train, evals, counts = sft_inputs(cfg)
-    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}
-    return StageInputs(tokenizer, train, evals, counts, limits)
-
-
 def build_sft_roles(cfg: SFTConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,
                     total_steps: int | None = None) -> StageRoles:
     """SFT's policy role, built where it runs: the model (from ``checkpoint`` when resuming) through
@@ -164,23 +154,6 @@ def run_sft(cfg: SFTConfig, resume: bool = False) -> dict:
     ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
     """
     return run_stage(cfg, SFT, resume)
-
-
-def optimizer_spec(opt, total_steps: int) -> OptimizerSpec:
-    """AdamW and its schedule from an ``optim:`` block (SFT and the reward model)."""
-    return OptimizerSpec.from_block(opt, total_steps)
-
-
-def trained_causal_lm(cfg, tokenizer, checkpoint, total_steps: int, settings, keep_dropout: bool = False):
-    """A supervised stage's trained policy: its checkpoint (or, resuming under LoRA, the base with
-    the checkpoint's adapters), through the trained-model builder with the stage's optimiser,
-    LoRA, gradient checkpointing and data-parallel strategy."""
-    source, key = resume_source(cfg, checkpoint)  # a LoRA checkpoint holds the adapters alone
-    model = load_causal_lm(source, tokenizer, cfg.model.dtype, keep_dropout, cfg.model.trust_remote_code, key=key,
-                           attn_implementation=cfg.model.attn_implementation)
-    return build_trained(model, optimizer_spec(cfg.optim, total_steps), settings, lora=cfg.lora,
-                         adapter=resume_adapter(cfg, checkpoint), checkpointing=cfg.gradient_checkpointing,
-                         strategy=cfg.distributed.strategy)
 
 
 def plan_inputs(cfg):

@@ -4,6 +4,8 @@ Loss −log σ(r_chosen − r_rejected − m) (Ouyang et al. 2022 eq. 1; margin 
 al. 2023 sec. 3.2.2). The score is read at the last real token of prompt+response. After
 training, the mean score of held-out responses is stored as ``config.score_offset`` and
 subtracted by tether's reward role: BT only identifies rewards up to a constant (the gauge).
+The pairs, with each one's margin when ``margin_field`` names it, are read by
+:func:`tether.objectives.shared.load_pairs`, as DPO, SimPO and ORPO read them.
 """
 
 from __future__ import annotations
@@ -12,20 +14,19 @@ import logging
 
 import torch
 
-from tether.distributed import all_gather_objects
-from tether.distributed.shard import strided
 from tether.algos import bradley_terry_loss
 from tether.config import RewardModelConfig
-from tether.data import collate_right, load_records, preference_examples, tokenize_preference
-from tether.errors import DataError
-from tether.loops.common import LengthLimit, data_limit, notice, steps_for
-from tether.loops.stage import StageBody, StageInputs, run_stage
-from tether.loops.sft import optimizer_spec, split_holdout
-from tether.metrics import MetricsLogger
+from tether.data import collate_right
+from tether.distributed import all_gather_objects
+from tether.distributed.shard import strided
 from tether.engines import engine_settings
+from tether.loops.common import data_limit, steps_for
+from tether.loops.stage import StageBody, StageInputs, run_stage
+from tether.metrics import MetricsLogger
 from tether.models import load_scalar_model, load_tokenizer
-from tether.models.loading import check_scalar_head_config, load_model_config
 from tether.models.forward import last_token_scores
+from tether.models.loading import check_scalar_head_config, load_model_config
+from tether.objectives.shared import load_pairs, optimizer_spec
 from tether.roles.builder import build_trained, resume_adapter, resume_source
 from tether.roles.supervised import StageRoles, SupervisedModel
 from tether.runs import guarded_run
@@ -34,74 +35,29 @@ from tether.types import to_device
 log = logging.getLogger(__name__)
 
 
+def rm_inputs(cfg: RewardModelConfig):
+    """Everything the reward-model stage reads before the weights, checked: (tokenizer, the
+    model's config, :func:`load_pairs`' result). ``tether rm --dry-run`` stops here."""
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
+                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
+    config = load_model_config(cfg.model.name_or_path, "model.name_or_path", cfg.model.trust_remote_code)
+    check_scalar_head_config(config, cfg.model.name_or_path, "model.name_or_path")
+    return tokenizer, config, load_pairs(cfg, tokenizer, data_limit(cfg, {cfg.model.name_or_path: config}))
+
+
+def rm_stage_inputs(cfg: RewardModelConfig) -> StageInputs:
+    """:func:`rm_inputs` as the skeleton takes them (the margins ride along in ``extra``)."""
+    tokenizer, config, (train, margins, evals, counts) = rm_inputs(cfg)
+    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}
+    return StageInputs(tokenizer, train, evals, counts, limits, {"margins": margins})
+
+
 def pair_scores(model, pairs: list, pad_id: int, autocast: str = "none") -> tuple[torch.Tensor, torch.Tensor]:
     """Raw scores (B,), (B,) of chosen and rejected, in one forward over 2B sequences."""
     seqs = [p.prompt_ids + p.chosen_ids for p in pairs] + [p.prompt_ids + p.rejected_ids for p in pairs]
     batch = to_device(collate_right(seqs, pad_id), next(model.parameters()).device)
     scores = last_token_scores(model, batch["input_ids"], batch["attention_mask"], autocast)
     return scores[: len(pairs)], scores[len(pairs) :]
-
-
-def load_pairs(cfg: RewardModelConfig, tokenizer, limit: LengthLimit | None = None):
-    """Tokenized train pairs, their margins, eval pairs and counts; ``limit``: data.max_length fitted to the
-    model. ``cfg``: the reward-model stage's config, or DPO's (the same data block)."""
-    data = cfg.data
-    limit = limit or LengthLimit(data.max_length)
-
-    def read(source, split, key):
-        records = load_records(source, split, key=key)
-        examples, counts = preference_examples(records, cfg.on_identical)
-        margins = None
-        field = getattr(cfg, "margin_field", None)  # the RM stage's; DPO reads the same pairs without
-        if field:
-            by_row = {rec.row: rec for rec in records}
-            margins = [_margin(by_row[ex.row], field) for ex in examples]
-        return examples, counts, margins
-
-    train, counts, margins = read(data.train, data.train_split, "data.train")
-    if data.max_rows:
-        train = train[: data.max_rows]
-        margins = margins[: data.max_rows] if margins else None
-    if data.eval:
-        evals, _, _ = read(data.eval, data.eval_split, "data.eval")
-    else:
-        idx = list(range(len(train)))
-        keep, held = split_holdout(idx, data.eval_size, cfg.run.seed)
-        evals = [train[i] for i in held]
-        margins = [margins[i] for i in keep] if margins else None
-        train = [train[i] for i in keep]
-
-    def encode(examples, margin_list):
-        out, kept_margins = [], []
-        for i, ex in enumerate(examples):
-            tok = tokenize_preference(ex, tokenizer, limit.tokens, cfg.model.chat_template, data.on_long,
-                                      limit.capped_by)
-            if tok is not None:
-                out.append(tok)
-                kept_margins.append(margin_list[i] if margin_list else 0.0)
-        return out, kept_margins, {"dropped_long": len(examples) - len(out),
-                                   "truncated_long": sum(t.truncated for t in out)}
-
-    train_tok, train_margins, train_counts = encode(train, margins)
-    eval_tok, _, eval_counts = encode(evals, None)
-    if not train_tok:
-        raise DataError(f"'{data.train}' (data.train): no usable preference pairs after tokenization"
-                        + (f" to {limit.tokens} tokens ({limit.capped_by})." if limit.capped_by else "."))
-    if limit.capped_by and (train_counts["dropped_long"] or train_counts["truncated_long"]):
-        notice(f"{train_counts['truncated_long']} training pairs truncated and {train_counts['dropped_long']} "
-               f"dropped at {limit.tokens} tokens ({limit.capped_by}).")
-    counts = {**counts, **train_counts, **{f"eval_{k}": v for k, v in eval_counts.items()}}
-    return train_tok, train_margins, eval_tok, counts
-
-
-def _margin(record, field: str) -> float:
-    value = record.data.get(field)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DataError(
-            f"{record.source}, row {record.row}: field '{field}' (margin_field) = {value!r}; "
-            "expected a number (the preference margin m)."
-        )
-    return float(value)
 
 
 @torch.no_grad()
@@ -126,23 +82,6 @@ def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: flo
         "eval/score_mean": float(torch.cat([c, r]).mean()) - offset,
         "eval/loss": float(bradley_terry_loss(c, r)),
     }
-
-
-def rm_inputs(cfg: RewardModelConfig):
-    """Everything the reward-model stage reads before the weights, checked: (tokenizer, the
-    model's config, :func:`load_pairs`' result). ``tether rm --dry-run`` stops here."""
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path,
-                               key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
-    config = load_model_config(cfg.model.name_or_path, "model.name_or_path", cfg.model.trust_remote_code)
-    check_scalar_head_config(config, cfg.model.name_or_path, "model.name_or_path")
-    return tokenizer, config, load_pairs(cfg, tokenizer, data_limit(cfg, {cfg.model.name_or_path: config}))
-
-
-def rm_stage_inputs(cfg: RewardModelConfig) -> StageInputs:
-    """:func:`rm_inputs` as the skeleton takes them (the margins ride along in ``extra``)."""
-    tokenizer, config, (train, margins, evals, counts) = rm_inputs(cfg)
-    limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}
-    return StageInputs(tokenizer, train, evals, counts, limits, {"margins": margins})
 
 
 def build_rm_roles(cfg: RewardModelConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,

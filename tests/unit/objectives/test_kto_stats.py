@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tether.data import TokenizedUnpaired
-from tether.loops.kto import pair_accuracy, reward_means
+from tether.objectives.kto import pair_accuracy, reward_means
 
 
 def test_micro_batch_shares_add_up_to_the_batch_means():

@@ -4,7 +4,7 @@ and the desirable-to-undesirable ratio the run starts by reporting."""
 from __future__ import annotations
 
 from tether.data import TokenizedUnpaired, UnpairedExample
-from tether.loops.kto_data import desirable_ratio, file_rows, mismatched_partners, ratio_notice, with_mismatched
+from tether.objectives.kto import desirable_ratio, file_rows, mismatched_partners, ratio_notice, with_mismatched
 
 
 def test_every_row_gets_another_row_with_another_prompt():

@@ -21,9 +21,9 @@ STAGE_KEYS = {
     "simpo": (*SUPERVISED_KEYS, "simpo.beta", "simpo.gamma"),
     "orpo": (*SUPERVISED_KEYS, "orpo.odds_ratio_weight"),
     "kto": (*SUPERVISED_KEYS, "kto.beta", "kto.desirable_weight", "kto.undesirable_weight"),
-    "rl": ("algorithm", "ppo.iterations", "rollout.batch_size", "group.size", "rollout.max_prompt_length",
+    "rl": ("algorithm", "rl.iterations", "rollout.batch_size", "group.size", "rollout.max_prompt_length",
            "rollout.max_new_tokens", "rollout.temperature", "kl.coef", "kl.controller", "kl.estimator",
-           "kl.placement", "ppo.epochs", "ppo.minibatch_size", "ppo.clip", "optim.lr", "reward.models", "reward.terms"),
+           "kl.placement", "rl.epochs", "rl.minibatch_size", "rl.clip", "optim.lr", "reward.models", "reward.terms"),
 }
 SUPERVISED_DESCRIPTIONS = {
     "sft": "supervised fine-tuning on demonstrations (loss on response tokens only)",

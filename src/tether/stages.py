@@ -82,7 +82,7 @@ def compared_preference_stages() -> tuple[str, ...]:
 def stages() -> dict[str, StageSpec]:
     """Every stage: the supervised ones, then one per registered RL algorithm (plugins included)."""
     load_plugins()
-    rl = {name: StageSpec(name, "tether.config:PPOConfig", "tether.loops.ppo:run_ppo", "tether.plan.dry_run:plan_rl",
+    rl = {name: StageSpec(name, "tether.config:RLConfig", "tether.loops.rl_run:run_rl", "tether.plan.dry_run:plan_rl",
                           spec.summary, name, algorithm=name) for name, spec in ALGORITHMS.items()}
     return {**SUPERVISED, **rl}
 

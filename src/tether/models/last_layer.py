@@ -160,7 +160,7 @@ def _trimmed(model, keep):
 
 
 def run_in_full(model) -> None:
-    """Never trim ``model``'s last layer (``ppo.trim_last_layer=false``)."""
+    """Never trim ``model``'s last layer (``rl.trim_last_layer=false``)."""
     _VERIFIED[model] = False
 
 

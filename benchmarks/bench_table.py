@@ -10,7 +10,7 @@ Variants:
 
     fp32            the defaults
     bf16            run.precision=bf16
-    fp32+compile    ppo.compile=true
+    fp32+compile    rl.compile=true
     bf16+compile    both
     fp32+shared_trunk, bf16+shared_trunk
                     critic.shared_trunk=true: a different model (value head on the actor)
@@ -43,22 +43,22 @@ RATIO_BF16 = {"small": 0.4, "medium": 0.4}
 VARIANTS = {
     "fp32": ("fp32", []),
     "bf16": ("bf16", []),
-    "fp32+compile": ("fp32", ["ppo.compile=true"]),
-    "bf16+compile": ("bf16", ["ppo.compile=true"]),
+    "fp32+compile": ("fp32", ["rl.compile=true"]),
+    "bf16+compile": ("bf16", ["rl.compile=true"]),
     # A different model (value head on the actor's trunk): reported beside, not instead of, the separate critic's.
     "fp32+shared_trunk": ("fp32", ["critic.shared_trunk=true"]),
     "bf16+shared_trunk": ("bf16", ["critic.shared_trunk=true"]),
 }
 DEFAULT_VARIANTS = ["fp32", "bf16"]
 ABLATIONS = {
-    "full_last_layer": ("fp32", ["ppo.trim_last_layer=false"]),
-    "full_last_layer_bf16": ("bf16", ["ppo.trim_last_layer=false"]),
+    "full_last_layer": ("fp32", ["rl.trim_last_layer=false"]),
+    "full_last_layer_bf16": ("bf16", ["rl.trim_last_layer=false"]),
     "sequential_roles": ("fp32", ["cpu.parallel_roles=false"]),
     "sequential_roles_bf16": ("bf16", ["cpu.parallel_roles=false"]),
     "hf_generate": ("fp32", ["rollout.engine=hf"]),
     "no_captured_logprobs": ("fp32", ["rollout.capture_logprobs=false"]),
-    "unfused_adamw": ("fp32", ["ppo.fused_optimizer=false"]),
-    "compile": ("fp32", ["ppo.compile=true"]),
+    "unfused_adamw": ("fp32", ["rl.fused_optimizer=false"]),
+    "compile": ("fp32", ["rl.compile=true"]),
     "aten_linears": ("fp32", ["cpu.linear_backend=aten"]),
     # cpu.linear_backend=auto picks aten on Intel CPUs: there this is the switched-off variant.
     "onednn_linears": ("fp32", ["cpu.linear_backend=onednn"]),

@@ -47,10 +47,10 @@ def main() -> int:
 
     import torch
 
-    from tether.config import PPOConfig, load_config
+    from tether.config import RLConfig, load_config
     from tether.demo import EVAL_REPEATS, held_out_prompts, preset
     from tether.eval.sampling import evaluate_policy
-    from tether.loops.ppo import run_ppo
+    from tether.loops.rl_run import run_rl
     from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
     from tether.eval.policies import measured_policy, measured_reward
     from tether.rollout import SamplingParams
@@ -67,15 +67,15 @@ def main() -> int:
     for precision in args.precisions:
         for seed in args.seeds:
             run_dir = out / f"{precision}_seed{seed}"
-            cfg = load_config(PPOConfig, preset("ppo"), [
+            cfg = load_config(RLConfig, preset("ppo"), [
                 f"run.out={run_dir}", "run.overwrite=true", "run.progress=false", f"run.seed={seed}",
                 f"run.threads={args.threads}", f"model.name_or_path={demo / 'sft'}",
                 f"prompts={task / 'ppo_prompts.jsonl'}", f"reward.models=[{demo / 'rm'}]",
-                f"eval.prompts={task / 'eval_prompts.jsonl'}", f"ppo.iterations={args.iterations}",
+                f"eval.prompts={task / 'eval_prompts.jsonl'}", f"rl.iterations={args.iterations}",
                 *VARIANTS[precision], *args.set,
             ])
             t0 = time.perf_counter()
-            result = run_ppo(cfg)
+            result = run_rl(cfg)
             seconds = time.perf_counter() - t0
             policy = measured_policy(load_causal_lm(str(run_dir), tokenizer), tokenizer, cfg.rollout.temperature)
             reference = measured_policy(sft, tokenizer, cfg.rollout.temperature)

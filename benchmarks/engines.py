@@ -27,7 +27,7 @@ def engines(names: list[str], size: str, threads: int):
     applies in PPO; HF generate; vLLM on the policy saved to a temporary directory)."""
     from tether.bench.runner import bench_overrides
     from tether.bench.setup import SIZES, build_models, word_tokenizer
-    from tether.config import PPOConfig, load_config
+    from tether.config import RLConfig, load_config
     from tether.engines import engine_settings, prepare_models
     from tether.rollout import HFGenerationEngine, LeanGenerationEngine
 
@@ -35,7 +35,7 @@ def engines(names: list[str], size: str, threads: int):
     dims = SIZES[size]
     tok = word_tokenizer(dims.vocab)
     policy = build_models(dims, tok, reference=False, critic=False)["policy"]
-    cfg = load_config(PPOConfig, None, bench_overrides(16, 32, 1, 1, "fp32"))
+    cfg = load_config(RLConfig, None, bench_overrides(16, 32, 1, 1, "fp32"))
     out, started = {}, {}
     if "vllm" in names:
         from tether.rollout.vllm_engine import VLLMGenerationEngine, VLLMOptions

@@ -62,7 +62,7 @@ def stage_args(stage: str, model: Path, data: dict, runs: Path) -> list[str]:
     supervised = [f"model.name_or_path={model}", "data.max_length=256", "optim.batch_size=8",
                   "optim.grad_accum_steps=2", "max_steps=3", *common]
     rl = [f"model.name_or_path={model}", f"reward.models=[{runs / 'rm'}]", f"prompts={data['prompts']}",
-          "rollout.max_new_tokens=32", "ppo.iterations=3", "ppo.minibatch_size=8", "ppo.grad_accum_steps=2", *common]
+          "rollout.max_new_tokens=32", "rl.iterations=3", "rl.minibatch_size=8", "rl.grad_accum_steps=2", *common]
     return {
         "sft": [f"data.train={data['sft']}", f"data.eval={data['sft_eval']}", *supervised],
         "rm": [f"data.train={data['hh']}", f"data.eval={data['hh_eval']}", *supervised],

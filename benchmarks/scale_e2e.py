@@ -127,13 +127,13 @@ def main() -> None:
                "epochs=1", f"max_steps={args.steps}", f"run.out={runs / 'rm'}", *lora, *common],
         "ppo": ["ppo", "--config", "configs/reference/ppo.yaml", f"model.name_or_path={runs / 'sft'}",
                 f"reward.models=[{runs / 'rm'}]", f"prompts={data['prompts']}", f"run.out={runs / 'ppo'}",
-                f"rollout.batch_size={args.batch}", f"ppo.minibatch_size={args.batch}",
-                f"rollout.max_new_tokens={args.new_tokens}", f"ppo.iterations={args.steps}", "critic.lora.r=16",
+                f"rollout.batch_size={args.batch}", f"rl.minibatch_size={args.batch}",
+                f"rollout.max_new_tokens={args.new_tokens}", f"rl.iterations={args.steps}", "critic.lora.r=16",
                 "critic.gradient_checkpointing=true", *lora, *common],
         "grpo": ["grpo", f"model.name_or_path={runs / 'sft'}", f"reward.models=[{runs / 'rm'}]",
                  f"prompts={data['prompts']}", f"run.out={runs / 'grpo'}", f"rollout.batch_size={args.batch // 4}",
-                 "group.size=4", f"ppo.minibatch_size={args.batch}", f"rollout.max_new_tokens={args.new_tokens}",
-                 f"ppo.iterations={args.steps}", *lora, *common],
+                 "group.size=4", f"rl.minibatch_size={args.batch}", f"rollout.max_new_tokens={args.new_tokens}",
+                 f"rl.iterations={args.steps}", *lora, *common],
     }
     report = {"model": args.model, "precision": args.precision, "machine": platform.processor() or platform.machine(),
               "cpus": os.cpu_count(), "stages": {}}

@@ -76,7 +76,7 @@ def resolve_config(cls: type, config: ConfigLike, overrides: Overrides = None, f
     """A validated ``cls`` from a config object, a dict or a YAML path, with ``overrides`` (then
     ``forced``, dotted keys) on top; ``caller`` (e.g. "sft") names the function in errors."""
     from tether.config import from_dict, to_dict
-    from tether.config.base import merge_override, parse_override
+    from tether.config.base import merge_override, merge_setting, parse_override
     from tether.config.saved import check_saved_stage, read_preset
 
     where = f"tether.{caller}(): argument 'config'" if caller else "The config"
@@ -101,16 +101,17 @@ def resolve_config(cls: type, config: ConfigLike, overrides: Overrides = None, f
         data = {}
     else:
         raise ConfigError(f"{where} = {config!r}: expected a {cls.__name__}, a dict or a YAML path.")
+    given: list = []  # the overrides merged so far: both spellings of a moved key among them are an error
     if isinstance(overrides, Mapping):
         for key, value in overrides.items():
-            merge_override(data, str(key).split("."), value)
+            merge_setting(cls, data, str(key).split("."), value, given)
     elif overrides:
         if isinstance(overrides, str):
             overrides = [overrides]
         for text in overrides:
-            merge_override(data, *parse_override(text))
+            merge_setting(cls, data, *parse_override(text), given)
     for key, value in (forced or {}).items():
-        merge_override(data, key.split("."), value)
+        merge_setting(cls, data, key.split("."), value, given)
     if saved is not None:
         check_saved_stage(cls, saved, data, config)
     return from_dict(cls, data)

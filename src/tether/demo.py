@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 
 from tether.registry.algorithms import DEFAULT_ALGORITHM
-from tether.config import PPOConfig, RewardModelConfig, SFTConfig, load_config
+from tether.config import RLConfig, RewardModelConfig, SFTConfig, load_config
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.eval.best_of_n import best_of_n
 from tether.eval.policies import measured_policy, measured_reward
 from tether.eval.sampling import evaluate_policy
 from tether.eval.win_rate import policy_vs_sft
-from tether.loops.ppo import run_ppo
+from tether.loops.rl_run import run_rl
 from tether.objectives.reward_model import run_reward_model
 from tether.objectives.sft import run_sft
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
@@ -82,7 +82,7 @@ def stage_configs(out: Path, seed: int, beta: float | None, overrides: dict[str,
     ]
     if beta is not None:
         ppo_over += ["kl.controller=fixed", f"kl.coef={beta}"]
-    ppo = load_config(PPOConfig, preset(DEFAULT_ALGORITHM), ppo_over + overrides.get(DEFAULT_ALGORITHM, []))
+    ppo = load_config(RLConfig, preset(DEFAULT_ALGORITHM), ppo_over + overrides.get(DEFAULT_ALGORITHM, []))
     return sft, rm, ppo
 
 
@@ -151,7 +151,7 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
     timing["rm_s"] = time.perf_counter() - t
     _say(f"[3/3] PPO (beta={ppo_cfg.kl.coef}, {ppo_cfg.kl.controller}): {ppo_cfg.run.out}")
     t = time.perf_counter()
-    ppo_result = run_ppo(ppo_cfg)
+    ppo_result = run_rl(ppo_cfg)
     timing["ppo_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -196,7 +196,7 @@ def run_demo(out: Path, seed: int = 0, beta: float | None = None, overrides: dic
             **probes,
         },
         DEFAULT_ALGORITHM: {**policy_report(ppo_samples), "beta": ppo_cfg.kl.coef, "controller": ppo_cfg.kl.controller,
-                "iterations": ppo_cfg.ppo.iterations},
+                "iterations": ppo_cfg.rl.iterations},
         "eval": policy_vs_sft(ppo_samples, sft_samples),
         "alarms": [a for a in ppo_result["alarms"] if a["level"] in ("warning", "alarm")],
         "best_of_n": bon,

@@ -179,7 +179,7 @@ def _same_run(old: dict | None, new: dict, cls: type) -> bool:
         body = {k: v for k, v in data.items() if k not in (SAVED_WORKDIR, SAVED_STAGE)}
         try:
             # Canonical form: keys renamed since (MOVED_KEYS) and defaults of keys added since.
-            body = rebase_paths(cls, to_dict(from_dict(cls, body)), base)
+            body = rebase_paths(cls, to_dict(from_dict(cls, body, notices=False)), base)
         except Exception:  # noqa: BLE001 - a hand-edited config of the wrong shape is simply not this run
             return {"unreadable": True}
         run = body.get("run")

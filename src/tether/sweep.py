@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from tether.registry.algorithms import DEFAULT_ALGORITHM
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.errors import ConfigError
-from tether.loops.ppo import run_ppo
+from tether.loops.rl_run import run_rl
 from tether.metrics import read_metrics
 from tether.runs import write_json
 
@@ -33,8 +33,8 @@ def sweep_config(demo_dir: Path, beta: float, iterations: int | None, eval_every
         "kl.controller=fixed", f"kl.coef={beta}", f"run.seed={seed}", "run.overwrite=true",
     ]
     if iterations:
-        over.append(f"ppo.iterations={iterations}")
-    return load_config(PPOConfig, preset(DEFAULT_ALGORITHM), over + list(extra))
+        over.append(f"rl.iterations={iterations}")
+    return load_config(RLConfig, preset(DEFAULT_ALGORITHM), over + list(extra))
 
 
 def trajectory(run_dir: Path, beta: float) -> list[dict]:
@@ -61,7 +61,7 @@ def run_sweep(demo_dir: str | Path, betas: list[float], iterations: int | None =
         cfg = sweep_config(demo_dir, beta, iterations, eval_every, seed, list(extra))
         print(f"[sweep] beta={beta:g}: {cfg.run.out}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        run_ppo(cfg)
+        run_rl(cfg)
         points = trajectory(Path(cfg.run.out), beta)
         final = dict(points[-1], label=f"beta={beta:g}") if points else None
         runs.append({"beta": beta, "run": cfg.run.out, "final": final, "trajectory": points,

@@ -32,14 +32,14 @@ def check_run(out, key: str) -> None:
 def rl_args(gpu_task, out, *extra) -> list[str]:
     task = gpu_task["task"]
     return [*stage_args(out), f"model.name_or_path={gpu_task['qwen2']}", f"prompts={task / 'ppo_prompts.jsonl'}",
-            "reward.callable=tether.tasks.arith.judge:gold_reward", "ppo.iterations=1", "ppo.epochs=1",
+            "reward.callable=tether.tasks.arith.judge:gold_reward", "rl.iterations=1", "rl.epochs=1",
             "rollout.max_new_tokens=8", *extra]
 
 
 @pytest.mark.parametrize("engine,precision", [("lean", "fp32"), ("lean", "bf16"), ("hf", "fp32")])
 def test_ppo_one_iteration(engine, precision, gpu_task, tmp_path):
     out = tmp_path / "ppo"
-    assert main(["ppo", *rl_args(gpu_task, out, "critic.init=policy", "rollout.batch_size=8", "ppo.minibatch_size=4",
+    assert main(["ppo", *rl_args(gpu_task, out, "critic.init=policy", "rollout.batch_size=8", "rl.minibatch_size=4",
                                  f"rollout.engine={engine}", f"run.precision={precision}")]) == 0
     check_run(out, "objective/score")
 
@@ -47,7 +47,7 @@ def test_ppo_one_iteration(engine, precision, gpu_task, tmp_path):
 def test_grpo_one_iteration_lora_checkpointing_bf16(gpu_task, tmp_path):
     """GRPO as the README's recipe runs it: LoRA adapters, gradient checkpointing, bf16."""
     out = tmp_path / "grpo"
-    assert main(["grpo", *rl_args(gpu_task, out, "rollout.batch_size=4", "group.size=4", "ppo.minibatch_size=8",
+    assert main(["grpo", *rl_args(gpu_task, out, "rollout.batch_size=4", "group.size=4", "rl.minibatch_size=8",
                                   "lora.r=8", "lora.alpha=16", "gradient_checkpointing=true",
                                   "run.precision=bf16")]) == 0
     check_run(out, "objective/score")
@@ -57,8 +57,8 @@ def test_asynchronous_ppo_samples_on_the_device_in_a_worker(gpu_task, tmp_path):
     """rollout.max_staleness=1: the worker process keeps its copy on the actor's device; at
     staleness 0 its log-probs are the actor's (TIS weights of 1 up to the device's rounding)."""
     out = tmp_path / "ppo-async"
-    assert main(["ppo", *rl_args(gpu_task, out, "critic.init=policy", "rollout.batch_size=8", "ppo.minibatch_size=4",
-                                 "ppo.iterations=2", "rollout.max_staleness=1", "rollout.is_correction=tis")]) == 0
+    assert main(["ppo", *rl_args(gpu_task, out, "critic.init=policy", "rollout.batch_size=8", "rl.minibatch_size=4",
+                                 "rl.iterations=2", "rollout.max_staleness=1", "rollout.is_correction=tis")]) == 0
     check_run(out, "objective/score")
     logged = [r for r in rows(out) if "rollout/staleness_max" in r]
     assert [r["rollout/staleness_max"] for r in logged] == [0.0, 1.0]

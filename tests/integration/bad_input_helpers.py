@@ -75,7 +75,7 @@ def ppo_args(task: Path, out: Path, prompts: Path, *extra: str, reward: str | No
     reward_arg = reward or "reward.callable=tether.tasks.arith.judge:gold_reward"
     return ["ppo", f"run.out={out}", "run.progress=false", "run.threads=1",
             f"model.name_or_path={task / 'base_model'}", f"prompts={prompts}", reward_arg, "critic.init=policy",
-            "ppo.iterations=1", "rollout.batch_size=2", "ppo.minibatch_size=2", "ppo.epochs=1",
+            "rl.iterations=1", "rollout.batch_size=2", "rl.minibatch_size=2", "rl.epochs=1",
             "rollout.max_new_tokens=4", "rollout.max_prompt_length=32", *extra]
 
 

@@ -224,12 +224,12 @@ def rl_config(name: str, *extra: str):
     algorithm reads them, so that every term of the actor loss has a gradient; two responses per
     prompt where the algorithm groups."""
     from tether.algorithms import ALGORITHMS
-    from tether.config import PPOConfig, load_config
+    from tether.config import RLConfig, load_config
 
     spec = ALGORITHMS[name]
     group = 1 if spec.needs_critic else max(2, spec.min_group_size)
-    terms = [t for t in ("kl.placement=loss", "ppo.entropy_coef=0.01") if t.split("=")[0] not in spec.inert_keys]
-    return load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", f"algorithm={name}",
+    terms = [t for t in ("kl.placement=loss", "rl.entropy_coef=0.01") if t.split("=")[0] not in spec.inert_keys]
+    return load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", f"algorithm={name}",
                                          f"group.size={group}", *terms, *extra])
 
 

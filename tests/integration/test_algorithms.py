@@ -24,8 +24,8 @@ def args(trained, out, *extra):
     task = trained["task"]
     return [f"run.out={out}", "run.progress=false", "run.log_every=1", "run.seed=3", "run.threads=1",
             f"model.name_or_path={trained['sft']}", f"prompts={task / 'ppo_prompts.jsonl'}",
-            "reward.callable=reward_fns:brief", "ppo.iterations=6", "rollout.batch_size=8", "ppo.minibatch_size=16",
-            "rollout.max_new_tokens=12", "ppo.epochs=2", "optim.lr=2e-3", "ppo.on_invariant=error",
+            "reward.callable=reward_fns:brief", "rl.iterations=6", "rollout.batch_size=8", "rl.minibatch_size=16",
+            "rollout.max_new_tokens=12", "rl.epochs=2", "optim.lr=2e-3", "rl.on_invariant=error",
             "kl.coef=0.01", *extra]
 
 
@@ -59,8 +59,8 @@ def test_every_registered_algorithm_runs_one_iteration(name, trained, tmp_path):
     with the roles its entry declares (a critic exactly when it says it needs one)."""
     spec = REGISTERED[name]
     out = tmp_path / name
-    extra = ["ppo.iterations=1", "rollout.batch_size=2", "ppo.minibatch_size=4", "rollout.max_new_tokens=4",
-             "ppo.epochs=1", f"group.size={max(2, spec.min_group_size)}"]
+    extra = ["rl.iterations=1", "rollout.batch_size=2", "rl.minibatch_size=4", "rollout.max_new_tokens=4",
+             "rl.epochs=1", f"group.size={max(2, spec.min_group_size)}"]
     if spec.needs_critic:
         extra.append("critic.init=policy")
     assert main([name, *args(trained, out, *extra)]) == 0
@@ -70,7 +70,7 @@ def test_every_registered_algorithm_runs_one_iteration(name, trained, tmp_path):
 
 def test_grpo_options_sequence_mean_dr_grpo_and_clip_higher(trained, tmp_path):
     out = tmp_path / "opts"
-    assert main(["grpo", *args(trained, out, "ppo.iterations=2", "group.scale_by_std=false",
+    assert main(["grpo", *args(trained, out, "rl.iterations=2", "group.scale_by_std=false",
                                 "policy_loss.aggregation=fixed_normalizer", "policy_loss.clip_high=0.28",
                                 "kl.placement=loss", "kl.estimator=k3")]) == 0
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score" in r]
@@ -82,7 +82,7 @@ def test_sequence_level_ratios_run_and_pass_the_ratio_check(name, level, trained
     """One clipped ratio per response (GSPO's; TRL's RLOO's) through the command, two epochs so the
     ratios move; the first-minibatch check still sees every token's ratio at 1."""
     out = tmp_path / level
-    assert main([name, *args(trained, out, "ppo.iterations=2", f"policy_loss.ratio_level={level}",
+    assert main([name, *args(trained, out, "rl.iterations=2", f"policy_loss.ratio_level={level}",
                                 "policy_loss.aggregation=sequence_mean")]) == 0
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score" in r]
     assert len(rows) == 2 and all("ppo/policy/clipfrac" in r for r in rows)
@@ -93,9 +93,9 @@ def test_sequence_level_ratios_run_and_pass_the_ratio_check(name, level, trained
     (["grpo", "kl.placement=loss", "kl.estimator=k1"], "zero expected gradient"),
     (["ppo", "algorithm=grpo"], "run `tether grpo`"),
     (["grpo", "group.size=1"], "'group.size' = 1"),
-    (["reinforce_pp", "critic.shared_trunk=true", "ppo.minibatch_size=8"], "trains no critic"),
+    (["reinforce_pp", "critic.shared_trunk=true", "rl.minibatch_size=8"], "trains no critic"),
     (["ppo", "policy_loss.clip_high=0.3"], "policy_loss"),
-    (["grpo", "ppo.minibatch_size=12"], "rollout.batch_size x group.size = 8 x 4 = 32"),
+    (["grpo", "rl.minibatch_size=12"], "rollout.batch_size x group.size = 8 x 4 = 32"),
 ])
 def test_algorithm_config_errors(argv, needle, trained, tmp_path, capsys):
     assert main([argv[0], *args(trained, tmp_path / "bad", *argv[1:])]) == 2
@@ -105,5 +105,5 @@ def test_algorithm_config_errors(argv, needle, trained, tmp_path, capsys):
 def test_grpo_with_a_lora_actor(trained, tmp_path):
     """LoRA: the reference is the actor's base with the adapters off; the final model is merged."""
     out = tmp_path / "lora"
-    assert main(["grpo", *args(trained, out, "ppo.iterations=2", "lora.r=4", "lora.alpha=8")]) == 0
+    assert main(["grpo", *args(trained, out, "rl.iterations=2", "lora.r=4", "lora.alpha=8")]) == 0
     assert (out / "adapter").is_dir() and (out / "model.safetensors").exists()

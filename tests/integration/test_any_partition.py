@@ -1,7 +1,7 @@
 """Any partition of a batch gives the batch's loss and gradient, for every objective.
 
 ``--help`` promises that micro-batches (``optim.grad_accum_steps``, ``optim.micro_batch_tokens``,
-``ppo.grad_accum_steps``, ``ppo.micro_batch_tokens``) and data-parallel ranks change memory, not
+``rl.grad_accum_steps``, ``rl.micro_batch_tokens``) and data-parallel ranks change memory, not
 maths. That holds only if every count an objective normalises by is the whole batch's: a token
 mean computed inside each micro-batch (ORPO's NLL once was) weighs short and long rows differently
 in each split. Each objective here runs one optimiser step on rows of long-tailed lengths (1 to

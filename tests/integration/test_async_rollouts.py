@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tether.checkpoint import complete_checkpoints
-from tether.config import PPOConfig, load_config
-from tether.loops.ppo import run_ppo
+from tether.config import RLConfig, load_config
+from tether.loops.rl_run import run_rl
 from tether.runs import MANIFEST
 
 from tests.integration.test_resume import _cli, comparable, kill_at_first_checkpoint, ppo_overrides, same_weights
@@ -34,7 +34,7 @@ def metrics(run_dir: Path) -> list[dict]:
 def async_run(tiny_task, tmp_path_factory):
     """An uninterrupted PPO run at max_staleness=1 (4 iterations, a checkpoint after each)."""
     out = tmp_path_factory.mktemp("ppo-async") / "run"
-    result = run_ppo(load_config(PPOConfig, None, async_overrides(tiny_task["dir"], out)))
+    result = run_rl(load_config(RLConfig, None, async_overrides(tiny_task["dir"], out)))
     return out, result
 
 
@@ -58,7 +58,7 @@ def test_async_run_differs_from_the_synchronous_one(async_run, tiny_task, tmp_pa
     """At staleness 1 iteration 2 trains on responses the first weights sampled, not the second:
     the runs part after iteration 1 (and the actor recomputes pi_old, so iteration 1 agrees)."""
     out, result = async_run
-    sync = run_ppo(load_config(PPOConfig, None, ppo_overrides(tiny_task["dir"], tmp_path / "sync")))
+    sync = run_rl(load_config(RLConfig, None, ppo_overrides(tiny_task["dir"], tmp_path / "sync")))
     a, s = result["history"], sync["history"]
     assert a[0]["objective/score"] == pytest.approx(s[0]["objective/score"], abs=1e-6)
     assert a[0]["response/length_mean"] == s[0]["response/length_mean"]
@@ -74,16 +74,16 @@ def test_interrupted_async_run_resumes_bitwise(async_run, tiny_task, tmp_path):
     rollout saved in flight with checkpoint 2 and ends where the uninterrupted run ended."""
     reference, _ = async_run
     out = tmp_path / "run"
-    cfg = load_config(PPOConfig, None, async_overrides(tiny_task["dir"], out))
+    cfg = load_config(RLConfig, None, async_overrides(tiny_task["dir"], out))
 
     def crash_after_third(it, stats, trainer):
         if it == 3:
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        run_ppo(cfg, on_iteration=crash_after_third)
+        run_rl(cfg, on_iteration=crash_after_third)
     assert [p.name for p in complete_checkpoints(out)] == ["step-000001", "step-000002"]
-    run_ppo(cfg, resume=True)
+    run_rl(cfg, resume=True)
     assert comparable(out) == comparable(reference)
     assert same_weights(out, reference)
 
@@ -110,7 +110,7 @@ def test_critic_free_algorithms_train_asynchronously_with_the_correction(algorit
     assert algorithm in ALGORITHMS
     overrides = [o for o in async_overrides(tiny_task["dir"], tmp_path / "run", "rollout.is_correction=tis",
                                             "rollout.is_cap=2.0", "group.size=2") if o != "critic.init=policy"]
-    result = run_ppo(load_config(PPOConfig, None, [f"algorithm={algorithm}", *overrides, "ppo.iterations=3",
+    result = run_rl(load_config(RLConfig, None, [f"algorithm={algorithm}", *overrides, "rl.iterations=3",
                                                    "run.save_every=0"]))
     history = result["history"]
     assert [row["rollout/staleness_max"] for row in history] == [0.0, 1.0, 1.0]
@@ -141,7 +141,7 @@ def test_the_worker_samples_every_actor_kind(extra, tiny_task, tmp_path):
     log-probs are the actor's own: TIS weights of 1 up to rounding prove the worker holds them."""
     overrides = [o for o in async_overrides(tiny_task["dir"], tmp_path / "run", "rollout.is_correction=tis", *extra)
                  if not (o == "critic.init=policy" and "critic.shared_trunk=true" in extra)]
-    result = run_ppo(load_config(PPOConfig, None, [*overrides, "ppo.iterations=2", "run.save_every=0"]))
+    result = run_rl(load_config(RLConfig, None, [*overrides, "rl.iterations=2", "run.save_every=0"]))
     first, second = result["history"]
     assert (first["rollout/staleness_max"], second["rollout/staleness_max"]) == (0.0, 1.0)
     assert first["rollout/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
@@ -160,7 +160,7 @@ def test_under_ray_the_worker_samples_beside_the_actor_and_gives_the_local_run(a
     try:
         half = [f"placement.ray.roles={{{', '.join(f'{r}: {{num_cpus: 0.5}}' for r in ('actor', 'reference', 'critic', 'reward'))}}}"]
         out = tmp_path / "ray"
-        result = run_ppo(load_config(PPOConfig, None, async_overrides(tiny_task["dir"], out, "placement.backend=ray",
+        result = run_rl(load_config(RLConfig, None, async_overrides(tiny_task["dir"], out, "placement.backend=ray",
                                                                       *half)))
         nodes = result["trainer"].placement.nodes()
         assert nodes["sampler"][0]["pid"] == nodes["actor"][0]["pid"] != os.getpid()

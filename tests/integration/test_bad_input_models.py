@@ -219,7 +219,7 @@ def test_diverging_run_leaves_no_directory_and_the_fixed_rerun_goes(task, tmp_pa
     assert code == 0, err
     prompts = write_jsonl(tmp_path / "p.jsonl", good_prompts())
     ppo_out = tmp_path / "ppo"
-    code, err = cli(capsys, [*ppo_args(task, ppo_out, prompts), "ppo.iterations=3", "optim.lr=1e30",
+    code, err = cli(capsys, [*ppo_args(task, ppo_out, prompts), "rl.iterations=3", "optim.lr=1e30",
                              "critic.optim.lr=1e30", "optim.max_grad_norm=null",
                              "critic.optim.max_grad_norm=null"])
     assert_clean_error(code, err, "ppo", "Non-finite")

@@ -121,7 +121,7 @@ def test_ppo_config_out_of_range(task, tmp_path, capsys):
     prompts = write_jsonl(tmp_path / "prompts.jsonl", good_prompts())
     out = tmp_path / "run"
     for override, needles in {"rollout.top_p=2": ("rollout.top_p", "<= 1"),
-                              "ppo.minibatch_size=3": ("ppo.minibatch_size", "divide"),
+                              "rl.minibatch_size=3": ("rl.minibatch_size", "divide"),
                               "kl.estimator=k4": ("kl.estimator", "k3"),
                               "reward.models=[x]": ("reward.models", "reward.callable")}.items():
         code, err = cli(capsys, [*ppo_args(task, out, prompts), override])
@@ -230,7 +230,7 @@ def test_critic_settings_with_a_critic_free_algorithm(command, setting, key, tas
     out = tmp_path / "run"
     args = [a for a in ppo_args(task, out, prompts, reward=f"reward.models=[{task / 'base_model'}]")[1:]
             if a != "critic.init=policy"]
-    group = ["group.size=4", "ppo.minibatch_size=8"]  # a valid group for all three: only the setting is wrong
+    group = ["group.size=4", "rl.minibatch_size=8"]  # a valid group for all three: only the setting is wrong
     code, err = cli(capsys, [command, *args, *group, setting])
     assert_clean_error(code, err, command, f"'{key}'", f"algorithm={command}", "trains no critic")
     assert not out.exists()

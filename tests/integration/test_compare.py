@@ -12,9 +12,9 @@ from tether.cli import main
 pytestmark = pytest.mark.slow
 
 TINY = {  # a few iterations at a small batch: the preset's shape, a toy budget
-    "ppo": ["ppo.iterations=2", "rollout.batch_size=16", "ppo.minibatch_size=16", "rollout.max_new_tokens=8",
+    "ppo": ["rl.iterations=2", "rollout.batch_size=16", "rl.minibatch_size=16", "rollout.max_new_tokens=8",
             "eval.every=1", "run.threads=1"],
-    "grpo": ["ppo.iterations=2", "rollout.batch_size=4", "ppo.minibatch_size=16", "rollout.max_new_tokens=8",
+    "grpo": ["rl.iterations=2", "rollout.batch_size=4", "rl.minibatch_size=16", "rollout.max_new_tokens=8",
              "eval.every=1", "run.threads=1"],
     "dpo": ["max_steps=4", "optim.batch_size=16", "eval_every=2", "run.threads=1"],
     "simpo": ["max_steps=4", "optim.batch_size=16", "eval_every=2", "run.threads=1"],

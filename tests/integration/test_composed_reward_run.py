@@ -24,8 +24,8 @@ def grpo_args(paths: dict, out) -> list[str]:
              r"{name: polite, regex: '^(sure|ok)\b', weight: 0.1}]")
     return ["grpo", f"run.out={out}", "run.progress=false", "run.log_every=1", "run.seed=0", "run.threads=1",
             f"model.name_or_path={paths['policy']}", f"prompts={paths['task'] / 'ppo_prompts.jsonl'}", terms,
-            "ppo.iterations=2", "rollout.batch_size=2", "group.size=2", "ppo.minibatch_size=4",
-            "rollout.max_new_tokens=6", "ppo.epochs=1", "ppo.on_invariant=error"]
+            "rl.iterations=2", "rollout.batch_size=2", "group.size=2", "rl.minibatch_size=4",
+            "rollout.max_new_tokens=6", "rl.epochs=1", "rl.on_invariant=error"]
 
 
 def test_the_dry_run_checks_and_sizes_each_terms_models(policy_and_fresh_rm, tmp_path, capsys):
@@ -59,8 +59,8 @@ def test_grpo_with_composed_reward_logs_each_term(policy_and_fresh_rm, tmp_path)
 def test_ppo_critic_starts_from_the_first_model_term(policy_and_fresh_rm, tmp_path):
     """critic.init=reward (PPO's default) with reward.terms: the critic loads the model term's checkpoint."""
     out = tmp_path / "ppo"
-    args = [a for a in grpo_args(policy_and_fresh_rm, out)[1:] if not a.startswith(("group.size", "ppo.iterations"))]
-    assert main(["ppo", *args, "ppo.iterations=1", "rollout.batch_size=4"]) == 0
+    args = [a for a in grpo_args(policy_and_fresh_rm, out)[1:] if not a.startswith(("group.size", "rl.iterations"))]
+    assert main(["ppo", *args, "rl.iterations=1", "rollout.batch_size=4"]) == 0
     (row,) = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score_raw" in r]
     assert "reward/rm" in row and "ppo/val/loss" in row
     assert yaml.safe_load((out / "config.yaml").read_text())["critic"]["init"] == "reward"

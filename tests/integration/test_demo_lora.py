@@ -20,7 +20,7 @@ def test_lora_settings_and_user_overrides(tmp_path):
 def test_a_tiny_lora_demo_runs_and_prints_beside_another(tmp_path):
     sizes = dict(n_sft=120, n_pairs_train=80, n_pairs_eval=40, n_eval_prompts=8, n_sft_eval=20, n_probes=10)
     quick = {"sft": ["max_steps=4", "run.progress=false"], "rm": ["max_steps=4", "run.progress=false"],
-             "ppo": ["ppo.iterations=2", "rollout.batch_size=8", "ppo.minibatch_size=8", "run.progress=false",
+             "ppo": ["rl.iterations=2", "rollout.batch_size=8", "rl.minibatch_size=8", "run.progress=false",
                      "eval.every=0"]}
     summary = run_demo(tmp_path / "demo", overrides=quick, task_sizes=sizes,
                        eval_repeats=1, lora=True)

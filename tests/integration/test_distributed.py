@@ -126,8 +126,8 @@ def test_a_preference_stage_on_two_ranks_matches_one_process(stage, trained, tmp
 def ppo_args(trained, out: Path, *extra: str) -> list[str]:
     task = trained["task"]
     return ["ppo", f"model.name_or_path={trained['sft']}", f"prompts={task / 'ppo_prompts.jsonl'}",
-            f"reward.models=[{trained['rm']}]", "ppo.iterations=3", "rollout.batch_size=8", "ppo.minibatch_size=4",
-            "ppo.epochs=2", "ppo.grad_accum_steps=2", "rollout.max_new_tokens=8", "rollout.top_k=1",
+            f"reward.models=[{trained['rm']}]", "rl.iterations=3", "rollout.batch_size=8", "rl.minibatch_size=4",
+            "rl.epochs=2", "rl.grad_accum_steps=2", "rollout.max_new_tokens=8", "rollout.top_k=1",
             "run.save_every=1", "run.progress=false", "run.threads=1", "run.log_every=1",
             f"eval.prompts={task / 'eval_prompts.jsonl'}", "eval.judge=tether.tasks.arith.judge:gold_score",
             f"run.out={out}", *extra]
@@ -192,7 +192,7 @@ def test_online_dpo_on_two_ranks_keeps_each_pair_on_one_rank(trained, tmp_path):
     checks it) and the pairs train. (A micro-batch too small to give each rank a whole group is a
     config error: tests/unit/distributed/test_data_parallel_checks.py.)"""
     name = "online_" + "dpo"  # the registry spells the names
-    base = [name, *ppo_args(trained, tmp_path / "od-2", "group.size=2", "ppo.minibatch_size=8",
+    base = [name, *ppo_args(trained, tmp_path / "od-2", "group.size=2", "rl.minibatch_size=8",
                             "distributed.strategy=ddp")[1:]]
     base.remove("rollout.top_k=1")  # a prompt's two samples must differ to make a pair
     ok(torchrun(base))

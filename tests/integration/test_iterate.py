@@ -12,7 +12,7 @@ from tether.cli import main
 pytestmark = pytest.mark.slow
 
 TINY = ["rm:max_steps=4", "rm:optim.batch_size=16", "rm:eval_every=4", "rm:run.threads=1",
-        "ppo:ppo.iterations=2", "ppo:rollout.batch_size=16", "ppo:ppo.minibatch_size=16",
+        "ppo:rl.iterations=2", "ppo:rollout.batch_size=16", "ppo:rl.minibatch_size=16",
         "ppo:rollout.max_new_tokens=8", "ppo:eval.every=1", "ppo:run.threads=1"]
 
 

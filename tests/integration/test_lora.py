@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tether.config import PPOConfig, SFTConfig, load_config
-from tether.loops.ppo import run_ppo
+from tether.config import RLConfig, SFTConfig, load_config
+from tether.loops.rl_run import run_rl
 from tether.models.lora import ADAPTER_DIR, parameter_bytes
 
 from bad_input_helpers import assert_clean_error, cli, good_sft, sft_args, write_jsonl
@@ -28,14 +28,14 @@ LORA = ["lora.r=8", "lora.alpha=16", "critic.lora.r=4", "optim.lr=0.003", "criti
 
 
 def lora_ppo(task, out, *extra):
-    return load_config(PPOConfig, None, [*ppo_overrides(task, out), *LORA, *extra])
+    return load_config(RLConfig, None, [*ppo_overrides(task, out), *LORA, *extra])
 
 
 @pytest.fixture(scope="module")
 def lora_run(tiny_task, tmp_path_factory):
     out = tmp_path_factory.mktemp("lora") / "run"
     cfg = lora_ppo(tiny_task["dir"], out, "cpu.linear_backend=aten")
-    result = run_ppo(cfg)
+    result = run_rl(cfg)
     return {"out": out, "cfg": cfg, "result": result, "trainer": result["trainer"]}
 
 
@@ -46,7 +46,7 @@ def test_reference_is_the_actors_base_with_no_extra_storage(lora_run, tiny_task)
     from tether.models import load_causal_lm, load_tokenizer
     from tether.roles import Reference
 
-    cfg = lora_ppo(tiny_task["dir"], lora_run["out"].parent / "fresh", "cpu.linear_backend=aten", "ppo.iterations=2")
+    cfg = lora_ppo(tiny_task["dir"], lora_run["out"].parent / "fresh", "cpu.linear_backend=aten", "rl.iterations=2")
     from tether.roles.build import build_roles
 
     roles = build_roles(cfg)
@@ -55,11 +55,11 @@ def test_reference_is_the_actors_base_with_no_extra_storage(lora_run, tiny_task)
     actor_bytes = parameter_bytes(roles.actor.engine.model, seen=seen)
     assert actor_bytes > 0 and parameter_bytes(roles.reference.engine.model, seen=seen) == 0
     # Train the adapters a little so that switching them off matters.
-    from tether.loops.ppo import ppo_trainer
+    from tether.loops.rl_run import rl_trainer
     from tether.loops.rl_setup import load_prompt_set
 
     prompts = load_prompt_set(cfg.prompts, "train", roles.tokenizer, "auto", 32)
-    trainer = ppo_trainer(cfg, roles, prompts)
+    trainer = rl_trainer(cfg, roles, prompts)
     trainer.step()
     trainer.step()
     rollout = trainer.last_experience.rollout
@@ -123,11 +123,11 @@ def test_merged_checkpoint_loads_in_plain_transformers(lora_run):
 
 
 def test_the_critics_head_trains_beside_its_adapters(tiny_task, tmp_path):
-    from tether.loops.ppo import ppo_trainer
+    from tether.loops.rl_run import rl_trainer
     from tether.loops.rl_setup import load_prompt_set
     from tether.roles.build import build_roles
 
-    cfg = lora_ppo(tiny_task["dir"], tmp_path / "run", "ppo.iterations=1")
+    cfg = lora_ppo(tiny_task["dir"], tmp_path / "run", "rl.iterations=1")
     roles = build_roles(cfg)
     critic = roles.critic.engine.model
     head = {n: p for n, p in critic.named_parameters() if p.requires_grad and "score" in n}
@@ -137,7 +137,7 @@ def test_the_critics_head_trains_beside_its_adapters(tiny_task, tmp_path):
         p.register_hook(lambda g: grads.append(float(g.abs().sum())))
     before = {n: p.detach().clone() for n, p in head.items()}
     prompts = load_prompt_set(cfg.prompts, "train", roles.tokenizer, "auto", 32)
-    ppo_trainer(cfg, roles, prompts).step()
+    rl_trainer(cfg, roles, prompts).step()
     assert grads and max(grads) > 0
     assert any(not torch.equal(before[n], p) for n, p in head.items())
 
@@ -151,8 +151,8 @@ def test_lora_ppo_resumes_bitwise(lora_run, tiny_task, tmp_path):
             raise RuntimeError("stop")
 
     with pytest.raises(RuntimeError, match="stop"):
-        run_ppo(cfg, on_iteration=crash_after_third)
-    run_ppo(cfg, resume=True)
+        run_rl(cfg, on_iteration=crash_after_third)
+    run_rl(cfg, resume=True)
     assert comparable(out) == comparable(lora_run["out"])
     assert same_weights(out, lora_run["out"])
     assert same_weights(out / "critic", lora_run["out"] / "critic")
@@ -227,7 +227,7 @@ def test_ppo_with_lora_dropout_is_refused():
     from tether.errors import ConfigError
 
     with pytest.raises(ConfigError, match="'lora.dropout' = 0.1: PPO needs 0"):
-        load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", "lora.r=4",
+        load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", "lora.r=4",
                                       "lora.dropout=0.1"])
 
 
@@ -235,24 +235,24 @@ def test_reward_model_is_the_lora_critics_base(trained, tmp_path):
     """critic.init=reward with LoRA on the critic: the reward model is the critic's base with its
     adapters off, one copy of those weights, scoring exactly as the reward model loaded alone."""
     from tether.engines import AdapterOffEngine
-    from tether.loops.ppo import ppo_trainer
+    from tether.loops.rl_run import rl_trainer
     from tether.loops.rl_setup import load_prompt_set
     from tether.models import load_scalar_model, load_tokenizer
     from tether.roles import ModelReward
     from tether.roles.build import build_roles
 
     task = trained["task"]
-    cfg = load_config(PPOConfig, None, [
+    cfg = load_config(RLConfig, None, [
         f"run.out={tmp_path / 'run'}", "run.progress=false", f"model.name_or_path={trained['sft']}",
         f"prompts={task / 'ppo_prompts.jsonl'}", f"reward.models=[{trained['rm']}]", "critic.lora.r=4",
-        "critic.optim.lr=0.01", "rollout.batch_size=8", "ppo.minibatch_size=4", "rollout.max_new_tokens=8",
+        "critic.optim.lr=0.01", "rollout.batch_size=8", "rl.minibatch_size=4", "rollout.max_new_tokens=8",
         "cpu.linear_backend=aten"])
     roles = build_roles(cfg)
     assert isinstance(roles.reward.engine, AdapterOffEngine)
     seen: set = set()
     assert parameter_bytes(roles.critic.engine.model, seen=seen) > 0
     assert parameter_bytes(roles.reward.engine.model, seen=seen) == 0
-    trainer = ppo_trainer(cfg, roles, load_prompt_set(cfg.prompts, "train", roles.tokenizer, "auto", 32))
+    trainer = rl_trainer(cfg, roles, load_prompt_set(cfg.prompts, "train", roles.tokenizer, "auto", 32))
     trainer.step()  # the critic's adapters and head move; the reward model must not
     rollout = trainer.last_experience.rollout
     alone = ModelReward(load_scalar_model(str(trained["rm"]), load_tokenizer(str(trained["rm"]))))

@@ -22,8 +22,8 @@ def reward_module(monkeypatch):
 
 def args(command, task, out, *extra):
     return [command, f"run.out={out}", "run.progress=false", "run.threads=1", f"model.name_or_path={task / 'base_model'}",
-            f"prompts={task / 'ppo_prompts.jsonl'}", "reward.callable=reward_fns:constant", "ppo.iterations=3",
-            "rollout.batch_size=4", "ppo.minibatch_size=8", "rollout.max_new_tokens=4", "reward.eos_penalty=null",
+            f"prompts={task / 'ppo_prompts.jsonl'}", "reward.callable=reward_fns:constant", "rl.iterations=3",
+            "rollout.batch_size=4", "rl.minibatch_size=8", "rollout.max_new_tokens=4", "reward.eos_penalty=null",
             "run.log_every=1", *extra]
 
 
@@ -44,7 +44,7 @@ def test_a_run_with_nothing_to_learn_is_flagged_at_its_second_iteration(command,
 
 def test_nothing_to_learn_in_stop_on_ends_the_run_early(tiny_task, tmp_path, capsys):
     out = tmp_path / "stopped"
-    code, err = cli(capsys, args("online_dpo", tiny_task["dir"], out, "ppo.iterations=6",
+    code, err = cli(capsys, args("online_dpo", tiny_task["dir"], out, "rl.iterations=6",
                                  "health.stop_on=[nothing_to_learn]"))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert max(r["step"] for r in rows) == 2, (code, err)

@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.placement.local import LocalPlacement
 
 from test_resume import ppo_overrides
@@ -56,7 +56,7 @@ class RecordingPlacement(LocalPlacement):
 
 @pytest.fixture
 def recording(monkeypatch):
-    """run_ppo with its roles behind a RecordingPlacement; the placements made are collected."""
+    """run_rl with its roles behind a RecordingPlacement; the placements made are collected."""
     import tether.loops.rl_run as rl_run
     from tether.roles.build import build_roles
 
@@ -73,13 +73,13 @@ def recording(monkeypatch):
 
 
 def test_every_role_call_of_a_run_goes_through_the_placement(tiny_task, tmp_path, recording):
-    from tether.loops.ppo import run_ppo
+    from tether.loops.rl_run import run_rl
 
     task = tiny_task["dir"]
-    cfg = load_config(PPOConfig, None, ppo_overrides(task, tmp_path / "run") + [
-        "ppo.iterations=2", f"eval.prompts={task / 'eval_prompts.jsonl'}", "eval.every=1",
+    cfg = load_config(RLConfig, None, ppo_overrides(task, tmp_path / "run") + [
+        "rl.iterations=2", f"eval.prompts={task / 'eval_prompts.jsonl'}", "eval.every=1",
         "eval.max_prompts=4", "eval.judge=tether.tasks.arith.judge:gold_score"])
-    result = run_ppo(cfg)
+    result = run_rl(cfg)
     placement = recording[0]
     calls = set(placement.calls)
     # The iteration: sample, score, values, reward, updates, the learning rate, weight sync check.
@@ -93,7 +93,7 @@ def test_every_role_call_of_a_run_goes_through_the_placement(tiny_task, tmp_path
     assert set(placement.submitted) == {("critic", "update"), ("actor", "update")}
     assert result["history"] and "eval/gold_score" in result["history"][-1]
     # The evaluator sampled and scored through the placement too: more generate calls than iterations.
-    assert placement.calls.count(("rollout", "generate")) >= 2 * cfg.ppo.iterations
+    assert placement.calls.count(("rollout", "generate")) >= 2 * cfg.rl.iterations
 
 
 def test_a_role_called_around_the_placement_is_caught():

@@ -26,8 +26,8 @@ def args(trained, out, *extra):
     task = trained["task"]
     return [f"run.out={out}", "run.progress=false", "run.log_every=1", "run.seed=3", "run.threads=1",
             f"model.name_or_path={trained['sft']}", f"prompts={task / 'ppo_prompts.jsonl'}",
-            "reward.callable=reward_fns:brief", "ppo.iterations=2", "rollout.batch_size=4", "ppo.minibatch_size=4",
-            "rollout.max_new_tokens=8", "ppo.epochs=1", "ppo.on_invariant=error", *extra]
+            "reward.callable=reward_fns:brief", "rl.iterations=2", "rollout.batch_size=4", "rl.minibatch_size=4",
+            "rollout.max_new_tokens=8", "rl.epochs=1", "rl.on_invariant=error", *extra]
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_a_plugin_algorithm_runs_from_the_cli_to_its_model_card(plugin, trained,
     card = assert_model_card(out, NAME, metric="objective/score")
     assert "a batch-baseline policy gradient" in card.text and f"| `algorithm` | `{NAME}` |" in card.text
     assert main([NAME, *args(trained, tmp_path / "plan", "--dry-run")]) == 0
-    assert main([NAME, *args(trained, tmp_path / "bad", "ppo.gamma=0.9")]) == 2
+    assert main([NAME, *args(trained, tmp_path / "bad", "rl.gamma=0.9")]) == 2
     assert f"algorithm={NAME}" in capsys.readouterr().err
 
 

@@ -29,8 +29,8 @@ ENGINE_PLUGIN = HERE / "plugins" / "greedy_engine.py"
 def rl_args(trained, out, *extra):
     task = trained["task"]
     return [f"run.out={out}", "run.progress=false", "run.log_every=1", "run.seed=3", "run.threads=1",
-            f"model.name_or_path={trained['sft']}", f"prompts={task / 'ppo_prompts.jsonl'}", "ppo.iterations=2",
-            "rollout.batch_size=4", "ppo.minibatch_size=4", "rollout.max_new_tokens=8", "ppo.epochs=1", *extra]
+            f"model.name_or_path={trained['sft']}", f"prompts={task / 'ppo_prompts.jsonl'}", "rl.iterations=2",
+            "rollout.batch_size=4", "rl.minibatch_size=4", "rollout.max_new_tokens=8", "rl.epochs=1", *extra]
 
 
 @pytest.fixture

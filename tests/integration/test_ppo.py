@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from card_checks import assert_model_card
-from tether.config import PPOConfig, load_config
-from tether.loops.ppo import run_ppo
+from tether.config import RLConfig, load_config
+from tether.loops.rl_run import run_rl
 from tether.metrics.logger import read_metrics
 from tether.roles import CallableReward, EnsembleReward, ModelReward
 from tether.roles.build import build_roles
@@ -25,15 +25,15 @@ BATCH = 16
 ITERATIONS = 3
 
 
-def ppo_config(trained, out, *extra) -> PPOConfig:
+def ppo_config(trained, out, *extra) -> RLConfig:
     task = trained["task"]
-    return load_config(PPOConfig, None, [
+    return load_config(RLConfig, None, [
         f"run.out={out}", "run.progress=false", "run.log_every=1", "run.seed=1",
         f"model.name_or_path={trained['sft']}", f"prompts={task / 'ppo_prompts.jsonl'}",
         f"reward.models=[{trained['rm']}]",
-        f"ppo.iterations={ITERATIONS}", f"rollout.batch_size={BATCH}", "ppo.minibatch_size=8",
-        "rollout.max_new_tokens=12", "ppo.epochs=2", "optim.lr=0.001", "critic.optim.lr=0.001",
-        "ppo.on_invariant=error", *extra,
+        f"rl.iterations={ITERATIONS}", f"rollout.batch_size={BATCH}", "rl.minibatch_size=8",
+        "rollout.max_new_tokens=12", "rl.epochs=2", "optim.lr=0.001", "critic.optim.lr=0.001",
+        "rl.on_invariant=error", *extra,
     ])
 
 
@@ -47,7 +47,7 @@ def run(trained, tmp_path_factory, name, *extra, on_iteration=None):
         if on_iteration is not None:
             on_iteration(it, stats, trainer)
 
-    result = run_ppo(cfg, on_iteration=callback)
+    result = run_rl(cfg, on_iteration=callback)
     return {"cfg": cfg, "out": out, "history": result["history"], "trainer": result["trainer"],
             "ratio_dev": seen, "rows": read_metrics(out / "metrics.jsonl")}
 
@@ -166,7 +166,7 @@ def test_callable_reward_source(trained, tmp_path_factory, monkeypatch):
     reward_fns.CALLS.clear()
     res = run(trained, tmp_path_factory, "callable", "reward.models=[]", "reward.callable=reward_fns:gold",
               "critic.init=policy",
-              "ppo.iterations=2")
+              "rl.iterations=2")
     assert isinstance(role(res["trainer"], "reward"), CallableReward)
     assert len(reward_fns.CALLS) == 2
     for (prompts, responses, scores), stats in zip(reward_fns.CALLS, res["history"]):
@@ -187,7 +187,7 @@ def test_ensemble_min_of_the_same_model_equals_the_model(base, trained, tmp_path
 
 
 def test_kl_in_the_loss(trained, tmp_path_factory):
-    res = run(trained, tmp_path_factory, "klloss", "kl.placement=loss", "kl.estimator=k3", "ppo.iterations=2")
+    res = run(trained, tmp_path_factory, "klloss", "kl.placement=loss", "kl.estimator=k3", "rl.iterations=2")
     assert_all_finite(res["rows"])
     for stats in res["history"]:
         assert stats["objective/non_score_reward"] == 0.0  # no KL in the reward
@@ -208,7 +208,7 @@ def test_critic_initialised_from_the_policy(trained, tmp_path):
 
 
 def test_critic_init_policy_run(trained, tmp_path_factory):
-    res = run(trained, tmp_path_factory, "criticpolicy", "critic.init=policy", "ppo.iterations=2")
+    res = run(trained, tmp_path_factory, "criticpolicy", "critic.init=policy", "rl.iterations=2")
     assert_all_finite(res["rows"])
     assert all(dev < 1e-4 for dev in res["ratio_dev"])
 
@@ -225,7 +225,7 @@ def test_critic_warmup_leaves_the_actor_unchanged(trained, tmp_path_factory):
             "actor_trained": stats["ppo/actor_trained"],
         }
 
-    run(trained, tmp_path_factory, "warmup", "ppo.critic_warmup_iters=1", "ppo.iterations=2",
+    run(trained, tmp_path_factory, "warmup", "ppo.critic_warmup_iters=1", "rl.iterations=2",
         on_iteration=on_iteration)
     assert checks[1] == {"actor_is_sft": True, "critic_is_rm": False, "actor_trained": 0.0}
     assert checks[2]["actor_is_sft"] is False and checks[2]["actor_trained"] == 1.0
@@ -236,8 +236,8 @@ def test_critic_warmup_leaves_the_actor_unchanged(trained, tmp_path_factory):
 def short_run(trained, tmp_path_factory):
     """4 cheap iterations with run.log_every=3 and a held-out evaluation configured."""
     task = trained["task"]
-    return run(trained, tmp_path_factory, "short", "ppo.iterations=4", "run.log_every=3",
-               "rollout.batch_size=8", "ppo.epochs=1", "rollout.max_new_tokens=4",
+    return run(trained, tmp_path_factory, "short", "rl.iterations=4", "run.log_every=3",
+               "rollout.batch_size=8", "rl.epochs=1", "rollout.max_new_tokens=4",
                f"eval.prompts={task / 'eval_prompts.jsonl'}", "eval.every=0", "eval.max_prompts=8",
                "eval.judge=tether.tasks.arith.judge:gold_score")
 

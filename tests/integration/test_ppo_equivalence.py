@@ -17,25 +17,25 @@ import torch
 
 from tether.bench.runner import bench_overrides
 from tether.bench.setup import SIZES, build_setup
-from tether.config import PPOConfig, load_config
-from tether.loops.ppo import ppo_trainer
+from tether.config import RLConfig, load_config
+from tether.loops.rl_run import rl_trainer
 from tether.loops.rl import RLTrainer
 from tether.roles.build import make_roles
 
 pytestmark = pytest.mark.slow
 
 ITERATIONS = 3
-STRAIGHTFORWARD = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
-                   "cpu.parallel_roles=false", "ppo.trim_last_layer=false", "cpu.linear_backend=aten",
+STRAIGHTFORWARD = ["rollout.engine=hf", "rollout.capture_logprobs=false", "rl.fused_optimizer=false",
+                   "cpu.parallel_roles=false", "rl.trim_last_layer=false", "cpu.linear_backend=aten",
                    "model.padding_free=false"]
-NONE_BUT = ["rollout.engine=hf", "rollout.capture_logprobs=false", "ppo.fused_optimizer=false",
-            "ppo.trim_last_layer=false", "cpu.linear_backend=aten", "model.padding_free=false"]
+NONE_BUT = ["rollout.engine=hf", "rollout.capture_logprobs=false", "rl.fused_optimizer=false",
+            "rl.trim_last_layer=false", "cpu.linear_backend=aten", "model.padding_free=false"]
 OPTIMISATIONS = {
     "padding_free": [*NONE_BUT, "model.padding_free=true"],
     "lean_engine": [*NONE_BUT, "rollout.engine=lean"],
     "captured_logprobs": [*NONE_BUT, "rollout.capture_logprobs=true"],
-    "fused_optimizer": [*NONE_BUT, "ppo.fused_optimizer=true"],
-    "trim_last_layer": [*NONE_BUT, "ppo.trim_last_layer=true"],
+    "fused_optimizer": [*NONE_BUT, "rl.fused_optimizer=true"],
+    "trim_last_layer": [*NONE_BUT, "rl.trim_last_layer=true"],
     "onednn_linears": [*NONE_BUT, "cpu.linear_backend=onednn"],
     "all": [],  # the defaults
 }
@@ -64,14 +64,14 @@ def eos_biased(model, eos_id: int, bias: float):
 
 def run(overrides: list[str], *extra: str):
     torch.manual_seed(0)
-    cfg = load_config(PPOConfig, None, bench_overrides(8, RESPONSE_LENGTH, 2, ITERATIONS, "fp32") + [
+    cfg = load_config(RLConfig, None, bench_overrides(8, RESPONSE_LENGTH, 2, ITERATIONS, "fp32") + [
         "rollout.min_new_tokens=2", "rollout.temperature=1.3", "ppo.actor_lr=0.001", "critic.lr=0.001",
-        "ppo.on_invariant=error", "ppo.ratio_tolerance=1e-4", *extra, *overrides])
+        "rl.on_invariant=error", "rl.ratio_tolerance=1e-4", *extra, *overrides])
     setup = build_setup(SIZES["tiny"], n_prompts=8 * ITERATIONS, seed=3)
     m = setup.models
     for name in ("policy", "reference"):
         eos_biased(m[name], setup.tokenizer.eos_token_id, 5.0)
-    trainer = ppo_trainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer),
+    trainer = rl_trainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer),
                           setup.prompts)
     initial = {k: v.clone() for k, v in m["policy"].state_dict().items()}
     history, responses = [], []
@@ -153,7 +153,7 @@ def test_parallel_roles_give_the_same_run(reference):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        got = run(["cpu.parallel_roles=true", "ppo.trim_last_layer=false", "cpu.linear_backend=aten"])
+        got = run(["cpu.parallel_roles=true", "rl.trim_last_layer=false", "cpu.linear_backend=aten"])
         assert got["trainer"].placement.parallel()
     finally:
         torch.set_num_threads(before)
@@ -161,24 +161,24 @@ def test_parallel_roles_give_the_same_run(reference):
 
 
 def test_a_compiled_update_runs_its_roles_one_after_the_other(caplog):
-    # Two threads compiling their trunks at once deadlocked in dynamo: with ppo.compile the
+    # Two threads compiling their trunks at once deadlocked in dynamo: with rl.compile the
     # trainer keeps a single update stream even where it could run two. (Nothing compiles here.)
     setup = build_setup(SIZES["micro"], n_prompts=8, seed=3)
     m = setup.models
 
     def trainer(*extra: str) -> RLTrainer:
-        cfg = load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + list(extra))
+        cfg = load_config(RLConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + list(extra))
         roles = make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer)
-        return ppo_trainer(cfg, roles, setup.prompts)
+        return rl_trainer(cfg, roles, setup.prompts)
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         with caplog.at_level("WARNING", logger="tether.placement"):
-            compiled = trainer("ppo.compile=true")
+            compiled = trainer("rl.compile=true")
         assert compiled.update_streams() == 1 and not compiled.placement.parallel()
         assert "cpu.parallel_roles ignored" in caplog.text
-        assert trainer().update_streams() == 2  # the same machine without ppo.compile: side by side
+        assert trainer().update_streams() == 2  # the same machine without rl.compile: side by side
     finally:
         torch.set_num_threads(before)
 
@@ -187,4 +187,4 @@ def test_a_compiled_update_runs_its_roles_one_after_the_other(caplog):
                     reason="torch.compile takes minutes on a CPU; set TETHER_TEST_COMPILE=1 to run")
 @pytest.mark.parametrize("mode", ["default", "max-autotune"])
 def test_compiled_update_gives_the_same_run(reference, mode):
-    assert_same_run(run(["ppo.compile=true", f"ppo.compile_mode={mode}"]), reference)
+    assert_same_run(run(["rl.compile=true", f"rl.compile_mode={mode}"]), reference)

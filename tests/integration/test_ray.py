@@ -31,31 +31,31 @@ HALF_CPU = [f"placement.ray.{role}.num_cpus=0.5" for role in ("actor", "referenc
 def ppo_overrides(trained, out: Path, *extra: str) -> list[str]:
     task = trained["task"]
     return [f"model.name_or_path={trained['sft']}", f"prompts={task / 'ppo_prompts.jsonl'}",
-            f"reward.models=[{trained['rm']}]", "ppo.iterations=3", "rollout.batch_size=8", "ppo.minibatch_size=4",
-            "ppo.epochs=2", "ppo.grad_accum_steps=2", "rollout.max_new_tokens=8", "run.save_every=1",
+            f"reward.models=[{trained['rm']}]", "rl.iterations=3", "rollout.batch_size=8", "rl.minibatch_size=4",
+            "rl.epochs=2", "rl.grad_accum_steps=2", "rollout.max_new_tokens=8", "run.save_every=1",
             "run.progress=false", "run.threads=1", "run.log_every=1",
             f"eval.prompts={task / 'eval_prompts.jsonl'}", "eval.judge=tether.tasks.arith.judge:gold_score",
             f"run.out={out}", *extra]
 
 
-def run_ppo_in_process(overrides: list[str]) -> dict:
-    from tether.config import PPOConfig, load_config
-    from tether.loops.ppo import run_ppo
+def run_rl_in_process(overrides: list[str]) -> dict:
+    from tether.config import RLConfig, load_config
+    from tether.loops.rl_run import run_rl
 
-    return run_ppo(load_config(PPOConfig, None, overrides))
+    return run_rl(load_config(RLConfig, None, overrides))
 
 
 @pytest.fixture(scope="module")
 def local_run(trained, tmp_path_factory):
     out = tmp_path_factory.mktemp("ray") / "local"
-    run_ppo_in_process(ppo_overrides(trained, out))
+    run_rl_in_process(ppo_overrides(trained, out))
     return out
 
 
 @pytest.fixture(scope="module")
 def ray_run(trained, local_run, one_node, tmp_path_factory):
     out = tmp_path_factory.mktemp("ray") / "ray"
-    result = run_ppo_in_process(ppo_overrides(trained, out, "placement.backend=ray", *HALF_CPU))
+    result = run_rl_in_process(ppo_overrides(trained, out, "placement.backend=ray", *HALF_CPU))
     return out, result
 
 
@@ -77,11 +77,11 @@ def test_online_dpo_under_ray_gives_the_local_run(trained, one_node, tmp_path):
     """Online DPO on the RL roles as Ray actors: sampled pairs, the reference's log-probs and the
     grouped update in workers give the local run bit for bit."""
     name = "online_" + "dpo"  # the registry spells the names
-    extra = [f"algorithm={name}", "group.size=2", "ppo.iterations=2", "ppo.minibatch_size=8",
-             "ppo.grad_accum_steps=1", "run.save_every=0"]
+    extra = [f"algorithm={name}", "group.size=2", "rl.iterations=2", "rl.minibatch_size=8",
+             "rl.grad_accum_steps=1", "run.save_every=0"]
     local, out = tmp_path / "od-local", tmp_path / "od-ray"
-    run_ppo_in_process(ppo_overrides(trained, local, *extra))
-    run_ppo_in_process(ppo_overrides(trained, out, *extra, "placement.backend=ray",
+    run_rl_in_process(ppo_overrides(trained, local, *extra))
+    run_rl_in_process(ppo_overrides(trained, out, *extra, "placement.backend=ray",
                                      *(c for c in HALF_CPU if ".critic." not in c)))
     assert layout(out) == layout(local)
     assert any(r.get("pairs/fraction", 0) > 0 for r in metrics(out))
@@ -92,10 +92,10 @@ def test_data_parallel_groups_inside_ray(trained, one_node, tmp_path):
     """Actor and critic groups of 2 workers each (FSDP over their own process group) against one
     process; greedy-like sampling (top_k=1) so that the split of the prompts draws the same."""
     local = tmp_path / "local-topk1"
-    run_ppo_in_process(ppo_overrides(trained, local, "rollout.top_k=1"))
+    run_rl_in_process(ppo_overrides(trained, local, "rollout.top_k=1"))
     out = tmp_path / "ray-groups"
     quarter = [f"placement.ray.{role}.num_cpus=0.25" for role in ("actor", "reference", "critic", "reward")]
-    result = run_ppo_in_process(ppo_overrides(
+    result = run_rl_in_process(ppo_overrides(
         trained, out, "rollout.top_k=1", "placement.backend=ray", *quarter, "placement.ray.roles.actor.num_workers=2",
         "placement.ray.roles.critic.num_workers=2", "distributed.strategy=fsdp"))
     assert len(result["trainer"].placement.nodes()["critic"]) == 2
@@ -109,13 +109,13 @@ def test_cluster_without_the_resources_is_refused_at_once(trained, one_node, tmp
 
     out = tmp_path / "no-gpu"
     with pytest.raises(ConfigError) as err:
-        run_ppo_in_process(ppo_overrides(trained, out, "placement.backend=ray", *HALF_CPU,
+        run_rl_in_process(ppo_overrides(trained, out, "placement.backend=ray", *HALF_CPU,
                                          "placement.ray.roles.critic.num_gpus=1"))
     text = str(err.value)
     assert "critic group (placement.ray.roles.critic" in text and "GPU: the cluster has 0, 1 needed" in text
     assert not out.exists()
     with pytest.raises(ConfigError, match="placement.ray.roles.actor.*CPU: the cluster has 2"):
-        run_ppo_in_process(ppo_overrides(trained, out, "placement.backend=ray", "placement.ray.roles.actor.num_cpus=3"))
+        run_rl_in_process(ppo_overrides(trained, out, "placement.backend=ray", "placement.ray.roles.actor.num_cpus=3"))
 
 
 def test_critic_on_the_second_node(trained, local_run, tmp_path):
@@ -129,7 +129,7 @@ def test_critic_on_the_second_node(trained, local_run, tmp_path):
     try:
         cluster.wait_for_nodes()
         out = tmp_path / "two-nodes"
-        result = run_ppo_in_process(ppo_overrides(
+        result = run_rl_in_process(ppo_overrides(
             trained, out, "placement.backend=ray", f"placement.ray.address={cluster.address}", *HALF_CPU,
             "placement.ray.roles.critic.resources={second_node: 1}"))
         nodes = result["trainer"].placement.nodes()

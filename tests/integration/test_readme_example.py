@@ -34,7 +34,7 @@ def test_the_readme_python_example_runs_as_written(tmp_path):
     accuracy = float(re.search(r"RM held-out accuracy ([\d.]+)", proc.stdout).group(1))
     assert sft_loss < 2.0 and accuracy > 0.6  # it learned: the untrained model starts at ln(vocab) ~ 5.9
     assert re.search(r"PPO held-out gold score: [+-][\d.]+ -> [+-][\d.]+, KL [\d.]+", proc.stdout)
-    assert lines[-1].startswith("Unknown config key 'ppo.clipp'. Did you mean 'ppo.clip'?")  # as the command prints
+    assert lines[-1].startswith("Unknown config key 'rl.clipp'. Did you mean 'rl.clip'?")  # as the command prints
     for stage in ("sft", "rm", "ppo"):
         assert (tmp_path / "runs" / "notebook" / stage / "tether_checkpoint.json").is_file()
         assert (tmp_path / "runs" / "notebook" / stage / "README.md").is_file()

@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file
 
 from tether.checkpoint import complete_checkpoints
-from tether.config import PPOConfig, load_config
-from tether.loops.ppo import run_ppo
+from tether.config import RLConfig, load_config
+from tether.loops.rl_run import run_rl
 from tether.runs import MANIFEST
 
 ITERATIONS = 4
@@ -30,10 +30,10 @@ def ppo_overrides(task_dir: Path, out: Path) -> list[str]:
         f"prompts={task_dir / 'ppo_prompts.jsonl'}",
         "reward.callable=tether.tasks.arith.judge:gold_reward",
         "critic.init=policy",
-        f"ppo.iterations={ITERATIONS}",
+        f"rl.iterations={ITERATIONS}",
         "rollout.batch_size=8",
-        "ppo.minibatch_size=4",
-        "ppo.epochs=2",
+        "rl.minibatch_size=4",
+        "rl.epochs=2",
         "rollout.max_new_tokens=8",
         "run.save_every=1",
         "run.keep_checkpoints=2",
@@ -60,7 +60,7 @@ def same_weights(a: Path, b: Path) -> bool:
 @pytest.fixture(scope="module")
 def reference_run(tiny_task, tmp_path_factory):
     out = tmp_path_factory.mktemp("ppo-ref") / "run"
-    run_ppo(load_config(PPOConfig, None, ppo_overrides(tiny_task["dir"], out)))
+    run_rl(load_config(RLConfig, None, ppo_overrides(tiny_task["dir"], out)))
     return out
 
 
@@ -70,17 +70,17 @@ class Interrupt(Exception):
 
 def test_interrupted_ppo_resumes_bitwise(tiny_task, reference_run, tmp_path):
     out = tmp_path / "run"
-    cfg = load_config(PPOConfig, None, ppo_overrides(tiny_task["dir"], out))
+    cfg = load_config(RLConfig, None, ppo_overrides(tiny_task["dir"], out))
 
     def crash_after_third(it, stats, trainer):
         if it == 3:
             raise Interrupt  # after iteration 3 ran and before its checkpoint: work is lost
 
     with pytest.raises(Interrupt):
-        run_ppo(cfg, on_iteration=crash_after_third)
+        run_rl(cfg, on_iteration=crash_after_third)
     assert [p.name for p in complete_checkpoints(out)] == ["step-000001", "step-000002"]
     assert not (out / MANIFEST).exists()  # no final model: the run does not look complete
-    run_ppo(cfg, resume=True)
+    run_rl(cfg, resume=True)
     assert comparable(out) == comparable(reference_run)
     assert same_weights(out, reference_run)
 

@@ -29,7 +29,7 @@ ITERATIONS = 4
 def ppo_args(out: str) -> list[str]:
     return ["ppo", "model.name_or_path=task/base_model", "prompts=task/ppo_prompts.jsonl",
             "reward.callable=tether.tasks.arith.judge:gold_reward", "critic.init=policy",
-            f"ppo.iterations={ITERATIONS}", "rollout.batch_size=8", "ppo.minibatch_size=4", "ppo.epochs=2",
+            f"rl.iterations={ITERATIONS}", "rollout.batch_size=8", "rl.minibatch_size=4", "rl.epochs=2",
             "rollout.max_new_tokens=8", "run.save_every=1", "run.progress=false", "run.threads=1", f"run.out={out}"]
 
 
@@ -127,19 +127,19 @@ def test_resume_from_another_directory_and_of_a_copy(stage, launch, uninterrupte
 
 
 def test_resume_in_process_from_another_directory(launch, uninterrupted, tmp_path, monkeypatch, capsys):
-    """The same through the Python entry points: run_ppo stopped by an exception, `main` resumes it."""
-    from tether.config import PPOConfig, load_config
-    from tether.loops.ppo import run_ppo
+    """The same through the Python entry points: run_rl stopped by an exception, `main` resumes it."""
+    from tether.config import RLConfig, load_config
+    from tether.loops.rl_run import run_rl
 
     monkeypatch.chdir(launch)
-    cfg = load_config(PPOConfig, None, ppo_args("runs/ppo-in-process")[1:])
+    cfg = load_config(RLConfig, None, ppo_args("runs/ppo-in-process")[1:])
 
     def stop_after_third(it, stats, trainer):
         if it == 3:
             raise RuntimeError("stopped")  # after iteration 3, before its checkpoint
 
     with pytest.raises(RuntimeError, match="stopped"):
-        run_ppo(cfg, on_iteration=stop_after_third)
+        run_rl(cfg, on_iteration=stop_after_third)
     monkeypatch.chdir(tmp_path)
     out = launch / "runs" / "ppo-in-process"
     assert main(["ppo", "--resume", str(out)]) == 0

@@ -15,9 +15,9 @@ import openai
 import pytest
 import torch
 
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.data import collate_left, collate_right, encode_prompt, encode_response
-from tether.loops.ppo import run_ppo
+from tether.loops.rl_run import run_rl
 from tether.models import load_scalar_model
 from tether.roles import ModelReward
 from tether.roles.remote_reward import RemoteReward
@@ -245,15 +245,15 @@ def test_remote_reward_errors_name_the_url(server):
 
 def test_ppo_scores_through_the_reward_endpoint(server, http, models, tmp_path):
     task = models["task"]
-    cfg = load_config(PPOConfig, None, [
+    cfg = load_config(RLConfig, None, [
         f"run.out={tmp_path / 'ppo'}", "run.progress=false", "run.log_every=1", "run.seed=0",
         f"model.name_or_path={models['policy']}", f"prompts={task / 'ppo_prompts.jsonl'}",
         f"reward.url={server.url}", f"reward.api_key={KEY}", "critic.init=policy",
-        "ppo.iterations=2", "rollout.batch_size=8", "ppo.minibatch_size=4", "rollout.max_new_tokens=8",
-        "ppo.epochs=1",
+        "rl.iterations=2", "rollout.batch_size=8", "rl.minibatch_size=4", "rollout.max_new_tokens=8",
+        "rl.epochs=1",
     ])
     before = http.get("/health").json()["batches"]["run"]
-    result = run_ppo(cfg)
+    result = run_rl(cfg)
     assert isinstance(result["trainer"].placement.roles["reward"], RemoteReward)
     assert len(result["history"]) == 2
     assert all(torch.isfinite(torch.tensor(row["objective/score_raw"])) for row in result["history"])

@@ -12,10 +12,10 @@ import torch
 
 from tether.bench.runner import bench_overrides
 from tether.bench.setup import SIZES, build_setup
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.errors import ConfigError, ModelError
 from tether.loops.common import Timer
-from tether.loops.ppo import ppo_trainer, run_ppo
+from tether.loops.rl_run import rl_trainer, run_rl
 from tether.loops.rl import RLTrainer
 from tether.roles import SharedTrunkCritic, ValueHead
 from tether.roles.build import make_roles
@@ -26,10 +26,10 @@ from test_resume import comparable, ppo_overrides, same_weights
 
 def trainer(*extra: str) -> RLTrainer:
     torch.manual_seed(0)
-    cfg = load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + ["critic.shared_trunk=true", *extra])
+    cfg = load_config(RLConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + ["critic.shared_trunk=true", *extra])
     setup = build_setup(SIZES["micro"], n_prompts=8, seed=3)
     m = setup.models
-    return ppo_trainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer),
+    return rl_trainer(cfg, make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], setup.tokenizer),
                        setup.prompts)
 
 
@@ -105,7 +105,7 @@ def test_a_shared_trunk_run_trains_and_reports_both_grad_norms():
                                         (["ppo.critic_warmup_iters=2"], "ppo.critic_warmup_iters")])
 def test_config_rejects_what_a_shared_trunk_cannot_do(extra, key):
     with pytest.raises(ConfigError, match=key):
-        load_config(PPOConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + ["critic.shared_trunk=true", *extra])
+        load_config(RLConfig, None, bench_overrides(4, 6, 1, 2, "fp32") + ["critic.shared_trunk=true", *extra])
 
 
 def test_value_head_round_trip_and_clear_errors(tmp_path):
@@ -130,20 +130,20 @@ def test_shared_trunk_run_resumes_bitwise(tiny_task, tmp_path):
         return [o for o in ppo_overrides(tiny_task["dir"], out) if o != "critic.init=policy"] + ["critic.shared_trunk=true"]
 
     straight = tmp_path / "straight"
-    run_ppo(load_config(PPOConfig, None, overrides(straight)))
+    run_rl(load_config(RLConfig, None, overrides(straight)))
     assert (straight / "critic" / "value_head.safetensors").is_file()
 
     out = tmp_path / "resumed"
-    cfg = load_config(PPOConfig, None, overrides(out))
+    cfg = load_config(RLConfig, None, overrides(out))
 
     def crash_after_third(it, stats, trainer):
         if it == 3:
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        run_ppo(cfg, on_iteration=crash_after_third)
+        run_rl(cfg, on_iteration=crash_after_third)
     assert (out / "checkpoints" / "step-000002" / "critic" / "value_head.safetensors").is_file()
-    run_ppo(cfg, resume=True)
+    run_rl(cfg, resume=True)
     for a, b in zip(comparable(out), comparable(straight)):
         assert a == b, {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
     assert comparable(out) == comparable(straight)

@@ -1,4 +1,4 @@
-"""Micro-batches by token budget (``optim.micro_batch_tokens``, ``ppo.micro_batch_tokens``) change
+"""Micro-batches by token budget (``optim.micro_batch_tokens``, ``rl.micro_batch_tokens``) change
 the step's memory, not its maths: a batch split into token-budget bins gives the loss, stats and
 gradients of the same batch in one micro-batch (fp32, up to float summation order), through each
 stage's own loss and weighting; and ``tether sft`` runs with a budget.
@@ -192,6 +192,6 @@ def test_a_ppo_run_binned_by_tokens_is_the_same_run(monkeypatch):
         return bins
 
     monkeypatch.setattr(rl, "split_by_token_budget", spy)
-    got = run(STRAIGHTFORWARD, "ppo.micro_batch_tokens=100")
+    got = run(STRAIGHTFORWARD, "rl.micro_batch_tokens=100")
     assert sizes and max(sizes) > 1, f"the budget never split a minibatch: {sizes}"
     assert_same_run(got, want)

@@ -105,7 +105,7 @@ def test_ppo_metrics_and_samples_reach_every_tracker(trained, tmp_path):
              "health.kl_drift=200", "health.kl_catastrophic=300")
     cwd = tmp_path / "cwd"  # every tracker writes under RUN, TRACKIO_DIR or its W&B dirs, never here
     cwd.mkdir()
-    proc = tether(ppo_args(trained, out, ALL, "ppo.iterations=2", "run.name=my-ppo", "run.project=tether", *alarm),
+    proc = tether(ppo_args(trained, out, ALL, "rl.iterations=2", "run.name=my-ppo", "run.project=tether", *alarm),
                   tracker_env(tmp_path), cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert not list(cwd.iterdir()), list(cwd.iterdir())

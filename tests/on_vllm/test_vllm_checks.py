@@ -41,8 +41,8 @@ def head16(tiny_task, tmp_path_factory):
 def rl_args(stage, task, model, out, *extra):
     critic = ["critic.init=policy"] if stage == "ppo" else []  # GRPO trains no critic
     return [stage, f"model.name_or_path={model}", f"prompts={task / 'ppo_prompts.jsonl'}",
-            "reward.callable=tether.tasks.arith.judge:gold_reward", *critic, "ppo.iterations=1",
-            "rollout.batch_size=4", "ppo.minibatch_size=4", "ppo.epochs=1", "rollout.max_new_tokens=4",
+            "reward.callable=tether.tasks.arith.judge:gold_reward", *critic, "rl.iterations=1",
+            "rollout.batch_size=4", "rl.minibatch_size=4", "rl.epochs=1", "rollout.max_new_tokens=4",
             "run.progress=false", "run.threads=1", "rollout.engine=vllm", f"run.out={out}", *extra]
 
 

@@ -13,7 +13,7 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds it); see README")
 
-from tether.config import PPOConfig, load_config  # noqa: E402
+from tether.config import RLConfig, load_config  # noqa: E402
 from tether.errors import ConfigError, TrainingError  # noqa: E402
 from tether.rollout import SamplingParams  # noqa: E402
 
@@ -23,8 +23,8 @@ SYNC_ATOL = 1e-4  # fp32: the largest engine-actor log-prob difference allowed a
 
 def overrides(task, out, *extra):
     return [f"model.name_or_path={task / 'base_model'}", f"prompts={task / 'ppo_prompts.jsonl'}",
-            "reward.callable=tether.tasks.arith.judge:gold_reward", "critic.init=policy", "ppo.iterations=2",
-            "rollout.batch_size=8", "ppo.minibatch_size=4", "ppo.epochs=2", "rollout.max_new_tokens=8",
+            "reward.callable=tether.tasks.arith.judge:gold_reward", "critic.init=policy", "rl.iterations=2",
+            "rollout.batch_size=8", "rl.minibatch_size=4", "rl.epochs=2", "rollout.max_new_tokens=8",
             "run.progress=false", "run.threads=1", "rollout.engine=vllm", f"run.out={out}", *extra]
 
 
@@ -32,7 +32,7 @@ def overrides(task, out, *extra):
 def roles(tiny_task, tmp_path_factory):
     from tether.roles.build import build_roles
 
-    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path_factory.mktemp("v") / "run"))
+    cfg = load_config(RLConfig, None, overrides(tiny_task["dir"], tmp_path_factory.mktemp("v") / "run"))
     built = build_roles(cfg, needed=("actor",))
     yield cfg, built
     built.rollout.close()
@@ -89,7 +89,7 @@ def long_context_roles(tiny_task, tmp_path):
     path = tmp_path / "long"
     LlamaForCausalLM(config).save_pretrained(path)
     tok.save_pretrained(path)
-    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", f"model.name_or_path={path}"))
+    cfg = load_config(RLConfig, None, overrides(tiny_task["dir"], tmp_path / "run", f"model.name_or_path={path}"))
     built = build_roles(cfg, needed=("actor",))
     yield built
     built.rollout.close()
@@ -155,7 +155,7 @@ def test_too_short_max_model_len_is_one_paragraph(roles):
 
 
 def test_a_run_whose_sync_is_skipped_is_caught(tiny_task, tmp_path, monkeypatch):
-    from tether.loops.ppo import run_ppo
+    from tether.loops.rl_run import run_rl
     from tether.rollout.vllm_engine import VLLMGenerationEngine
 
     calls = {"n": 0}
@@ -166,10 +166,10 @@ def test_a_run_whose_sync_is_skipped_is_caught(tiny_task, tmp_path, monkeypatch)
         return real(self, named) if calls["n"] == 1 else 0.0
 
     monkeypatch.setattr(VLLMGenerationEngine, "load_weights", first_only)
-    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "rollout.vllm.check_sync=true",
-                                                 "ppo.on_invariant=error", "optim.lr=1e-3"))
+    cfg = load_config(RLConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "rollout.vllm.check_sync=true",
+                                                 "rl.on_invariant=error", "optim.lr=1e-3"))
     with pytest.raises(TrainingError, match="vLLM engine's log-probs differ from the actor's"):
-        run_ppo(cfg)
+        run_rl(cfg)
     assert calls["n"] == 2
 
 
@@ -237,14 +237,14 @@ def test_a_run_on_the_engines_logprobs_reports_their_distance_from_the_actors(ti
     the engine's pi_old against the actor's forward, and the run logs how far apart they are."""
     import json
 
-    from tether.loops.ppo import run_ppo
+    from tether.loops.rl_run import run_rl
 
     import psutil
 
-    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "rollout.use_engine_logprobs=true",
-                                                 "ppo.on_invariant=error", "optim.lr=1e-3"))
+    cfg = load_config(RLConfig, None, overrides(tiny_task["dir"], tmp_path / "run", "rollout.use_engine_logprobs=true",
+                                                 "rl.on_invariant=error", "optim.lr=1e-3"))
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    run_ppo(cfg)
+    run_rl(cfg)
     _, alive = psutil.wait_procs([p for p in psutil.Process().children(recursive=True) if p.pid not in before
                                   and p.name().startswith("VLLM")], timeout=30)
     assert not alive, "the run's vLLM engine outlived it"
@@ -259,13 +259,13 @@ def test_a_run_on_the_engines_logprobs_reports_their_distance_from_the_actors(ti
 
 def test_grpo_samples_its_groups_on_vllm(tiny_task, tmp_path):
     """A critic-free algorithm on the vLLM engine: groups of 4 responses per prompt, synced weights."""
-    from tether.loops.ppo import run_ppo
+    from tether.loops.rl_run import run_rl
 
     args = [a for a in overrides(tiny_task["dir"], tmp_path / "run", "algorithm=grpo", "group.size=4",
-                                 "rollout.batch_size=2", "ppo.minibatch_size=8", "rollout.vllm.check_sync=true",
-                                 "ppo.on_invariant=error") if a != "critic.init=policy"]  # GRPO trains no critic
-    cfg = load_config(PPOConfig, None, args)
-    result = run_ppo(cfg)
+                                 "rollout.batch_size=2", "rl.minibatch_size=8", "rollout.vllm.check_sync=true",
+                                 "rl.on_invariant=error") if a != "critic.init=policy"]  # GRPO trains no critic
+    cfg = load_config(RLConfig, None, args)
+    result = run_rl(cfg)
     assert len(result["trainer"].last_experience) == 8
     assert all(row["rollout/sync_logprob_diff"] <= SYNC_ATOL for row in result["history"])
 
@@ -294,11 +294,11 @@ def test_off_policy_correction_weighs_the_actor_against_the_engine(tiny_task, tm
     weights and the share over the cap. TIS: weights near 1, not all exactly 1 (bf16 rounding); MIS
     at cap 1 drops the tokens the engine under-rates (about half, weight 0) and keeps the others at
     their ratio rho <= 1 (masked importance sampling: rho * 1[rho <= cap])."""
-    from tether.loops.ppo import run_ppo
+    from tether.loops.rl_run import run_rl
 
-    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "run", f"rollout.is_correction={mode}",
+    cfg = load_config(RLConfig, None, overrides(tiny_task["dir"], tmp_path / "run", f"rollout.is_correction={mode}",
                                                  f"rollout.is_cap={cap}", "rollout.vllm.dtype=bfloat16"))
-    result = run_ppo(cfg)
+    result = run_rl(cfg)
     exp = result["trainer"].last_experience
     assert exp.is_weights is not None and exp.is_weights.shape == exp.logprobs.shape
     weights = exp.is_weights[exp.rollout.response_mask.bool()]
@@ -322,11 +322,11 @@ def test_vllm_samples_ahead_from_a_thread_and_resumes_exactly(tiny_task, tmp_pat
     engine's log-probs; held-out evaluation waits for the sampler and uses the engine; a run
     interrupted after iteration 2 (before its checkpoint) resumes from checkpoint 1, with the rollout
     saved in flight, to the uninterrupted run."""
-    from tether.loops.ppo import run_ppo
+    from tether.loops.rl_run import run_rl
 
-    extra = ("rollout.max_staleness=1", "rollout.is_correction=tis", "ppo.iterations=3", "run.save_every=1",
+    extra = ("rollout.max_staleness=1", "rollout.is_correction=tis", "rl.iterations=3", "run.save_every=1",
              f"eval.prompts={tiny_task['dir'] / 'eval_prompts.jsonl'}", "eval.every=1", "eval.max_prompts=8")
-    whole = run_ppo(load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "whole", *extra)))
+    whole = run_rl(load_config(RLConfig, None, overrides(tiny_task["dir"], tmp_path / "whole", *extra)))
     history = whole["history"]
     assert [row["rollout/staleness_max"] for row in history] == [0.0, 1.0, 1.0]
     assert history[0]["rollout/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)  # fp32 engine, same weights
@@ -340,10 +340,10 @@ def test_vllm_samples_ahead_from_a_thread_and_resumes_exactly(tiny_task, tmp_pat
         if it == 2:
             raise Interrupt
 
-    cfg = load_config(PPOConfig, None, overrides(tiny_task["dir"], tmp_path / "cut", *extra))
+    cfg = load_config(RLConfig, None, overrides(tiny_task["dir"], tmp_path / "cut", *extra))
     with pytest.raises(Interrupt):
-        run_ppo(cfg, on_iteration=stop_after_second)
-    resumed = run_ppo(cfg, resume=True)  # from checkpoint 1: iteration 2's was not written
+        run_rl(cfg, on_iteration=stop_after_second)
+    resumed = run_rl(cfg, resume=True)  # from checkpoint 1: iteration 2's was not written
     keep = ("objective/score", "objective/kl", "rollout/is_weight_mean", "response/length_mean", "eval/kl")
     assert [{k: row[k] for k in keep} for row in resumed["history"]] == [{k: row[k] for k in keep}
                                                                          for row in history[1:]]

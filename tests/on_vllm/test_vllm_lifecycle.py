@@ -88,8 +88,8 @@ def test_a_sigkilled_ppo_run_leaves_no_engine_process(tiny_task, tmp_path):
     task, out, log = tiny_task["dir"], tmp_path / "run", tmp_path / "ppo.log"
     cmd = [sys.executable, "-m", "tether.cli", "ppo", f"model.name_or_path={task / 'base_model'}",
            f"prompts={task / 'ppo_prompts.jsonl'}", "reward.callable=tether.tasks.arith.judge:gold_reward",
-           "critic.init=policy", "ppo.iterations=10000", "rollout.batch_size=4", "ppo.minibatch_size=4",
-           "ppo.epochs=1", "rollout.max_new_tokens=8", "run.progress=false", "run.threads=1", "rollout.engine=vllm",
+           "critic.init=policy", "rl.iterations=10000", "rollout.batch_size=4", "rl.minibatch_size=4",
+           "rl.epochs=1", "rollout.max_new_tokens=8", "run.progress=false", "run.threads=1", "rollout.engine=vllm",
            f"run.out={out}"]
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=ENV)

@@ -55,8 +55,8 @@ def qwen2_tied(tiny_task, tmp_path_factory):
 
 def grpo(task, model, out, *extra):
     return ["grpo", f"model.name_or_path={model}", f"prompts={task / 'ppo_prompts.jsonl'}",
-            "reward.callable=tether.tasks.arith.judge:gold_reward", "group.size=2", "ppo.iterations=4",
-            "rollout.batch_size=8", "ppo.minibatch_size=8", "ppo.epochs=1", "rollout.max_new_tokens=8",
+            "reward.callable=tether.tasks.arith.judge:gold_reward", "group.size=2", "rl.iterations=4",
+            "rollout.batch_size=8", "rl.minibatch_size=8", "rl.epochs=1", "rollout.max_new_tokens=8",
             "optim.lr=1e-3", "run.save_every=1", "run.progress=false", "run.threads=1", "rollout.engine=vllm",
             f"run.out={out}", *extra]
 

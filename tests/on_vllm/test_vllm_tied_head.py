@@ -11,7 +11,7 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds it); see README")
 
-from tether.config import PPOConfig, load_config  # noqa: E402
+from tether.config import RLConfig, load_config  # noqa: E402
 from tether.rollout import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -40,10 +40,10 @@ def roles(tiny_task, gemma2_tied, tmp_path_factory):
     from tether.roles.build import build_roles
 
     task = tiny_task["dir"]
-    cfg = load_config(PPOConfig, None, [
+    cfg = load_config(RLConfig, None, [
         f"model.name_or_path={gemma2_tied}", f"prompts={task / 'ppo_prompts.jsonl'}",
         "reward.callable=tether.tasks.arith.judge:gold_reward", "critic.init=policy", "rollout.batch_size=8",
-        "ppo.minibatch_size=4", "rollout.max_new_tokens=8", "run.progress=false", "run.threads=1",
+        "rl.minibatch_size=4", "rollout.max_new_tokens=8", "run.progress=false", "run.threads=1",
         "rollout.engine=vllm", f"run.out={tmp_path_factory.mktemp('run') / 'run'}"])
     built = build_roles(cfg, needed=("actor",))
     yield cfg, built

@@ -7,7 +7,7 @@ import pytest
 
 import tether
 from tether.api import resolve_config
-from tether.config import PPOConfig, SFTConfig, from_dict
+from tether.config import RLConfig, SFTConfig, from_dict
 
 
 def test_dotted_and_nested_keys_merge_and_overrides_win(tmp_path):
@@ -27,8 +27,8 @@ def test_config_errors_are_the_commands():
         resolve_config(SFTConfig, {"model.name_or_path": "m", "data.train": "t", "optim.lrr": 1})
     with pytest.raises(tether.ConfigError, match=r"'optim.batch_size' = 0"):
         resolve_config(SFTConfig, {"model.name_or_path": "m", "data.train": "t"}, ["optim.batch_size=0"])
-    with pytest.raises(tether.ConfigError, match="is a PPOConfig: expected a SFTConfig"):
-        resolve_config(SFTConfig, from_dict(PPOConfig, {"model": {"name_or_path": "m"}, "prompts": "p",
+    with pytest.raises(tether.ConfigError, match="is a RLConfig: expected a SFTConfig"):
+        resolve_config(SFTConfig, from_dict(RLConfig, {"model": {"name_or_path": "m"}, "prompts": "p",
                                                         "reward": {"models": ["r"]}}))
     with pytest.raises(tether.ConfigError, match=r"tether.grpo\(\)"):
         tether.ppo({"model.name_or_path": "m", "prompts": "p", "reward.models": ["r"], "algorithm": "grpo"})
@@ -41,13 +41,13 @@ def test_the_function_names_the_algorithm(monkeypatch):
         seen["cfg"] = cfg
         return {"history": [{"objective/kl": 0.5, "note": "x"}], "time_s": 1.0}
 
-    monkeypatch.setattr("tether.loops.ppo.run_ppo", fake_run)
+    monkeypatch.setattr("tether.loops.rl_run.run_rl", fake_run)
     base = {"model.name_or_path": "m", "prompts": "p", "reward.models": ["r"], "run.out": "runs/x"}
     result = tether.rloo(base)
     assert seen["cfg"].algorithm == "rloo" and seen["cfg"].samples_per_prompt == 4
     assert result.stage == "rloo" and result["objective/kl"] == 0.5 and "note" not in result.metrics
     assert str(result.out) == "runs/x" and result.history == [{"objective/kl": 0.5, "note": "x"}]
-    tether.ppo(from_dict(PPOConfig, {"model": {"name_or_path": "m"}, "prompts": "p", "reward": {"models": ["r"]}}))
+    tether.ppo(from_dict(RLConfig, {"model": {"name_or_path": "m"}, "prompts": "p", "reward": {"models": ["r"]}}))
     assert seen["cfg"].algorithm == "ppo"
 
 

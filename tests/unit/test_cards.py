@@ -6,7 +6,7 @@ from huggingface_hub import ModelCard
 
 import tether
 from tether.cards import base_model_of, model_card
-from tether.config import PPOConfig, RewardModelConfig, SFTConfig, from_dict
+from tether.config import RLConfig, RewardModelConfig, SFTConfig, from_dict
 
 
 def card_of(text: str, tmp_path) -> ModelCard:
@@ -51,7 +51,7 @@ def test_the_base_model_carries_down_a_chain_of_local_checkpoints(tmp_path):
     sft_cfg = from_dict(SFTConfig, {"model": {"name_or_path": "meta-llama/Llama-3.2-1B"}, "data": {"train": "a/b"}})
     (sft_dir / "README.md").write_text(model_card(sft_cfg, "sft", {}, sft_dir))
     assert base_model_of(str(sft_dir)) == "meta-llama/Llama-3.2-1B"
-    ppo_cfg = from_dict(PPOConfig, {"model": {"name_or_path": str(sft_dir)}, "reward": {"models": ["org/rm"]},
+    ppo_cfg = from_dict(RLConfig, {"model": {"name_or_path": str(sft_dir)}, "reward": {"models": ["org/rm"]},
                                      "prompts": "org/prompts"})
     card = card_of(model_card(ppo_cfg, "grpo", {"objective/kl": 1.5, "eval/gold_score": float("nan")},
                               tmp_path / "ppo"), tmp_path)
@@ -84,7 +84,7 @@ def test_a_length_the_context_capped_shows_what_ran(tmp_path):
 def test_an_rl_card_shows_the_prompt_limit_that_ran(tmp_path):
     from tether.loops.common import LengthLimit
 
-    cfg = from_dict(PPOConfig, {"model": {"name_or_path": "org/m"}, "reward": {"models": ["org/rm"]},
+    cfg = from_dict(RLConfig, {"model": {"name_or_path": "org/m"}, "reward": {"models": ["org/rm"]},
                                 "prompts": "org/prompts", "rollout": {"max_prompt_length": 256}})
     capped = {"rollout.max_prompt_length": LengthLimit(40, "capped from rollout.max_prompt_length=256: why")}
     assert "| `rollout.max_prompt_length` | 256 |" in model_card(cfg, "ppo", {}, tmp_path / "ppo")

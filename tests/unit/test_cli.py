@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tether.cli import main
-from tether.config import PPOConfig, SFTConfig, describe, load_config, to_dict
+from tether.config import RLConfig, SFTConfig, describe, load_config, to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT_PRESET = str(ROOT / "configs" / "demo" / "sft.yaml")
@@ -30,7 +30,7 @@ def test_top_level_help_lists_commands(capsys):
 
 def test_ppo_help_lists_every_config_key(capsys):
     out = run_help(["ppo", "--help"], capsys)
-    for key, _, _ in describe(PPOConfig):
+    for key, _, _ in describe(RLConfig):
         assert f"  {key} (default" in out, key
     assert "--print-config" in out and "--config" in out
 

@@ -105,12 +105,12 @@ def rollout_ratio_stats(logp: Tensor, old_logp: Tensor, mask: Tensor, weights: T
 
 
 def clipped_loss(cfg, kl_coef: float) -> ClippedPolicyLoss:
-    """The shared actor loss from ``policy_loss.*`` (clips default to ``ppo.clip``)."""
+    """The shared actor loss from ``policy_loss.*`` (clips default to ``rl.clip``)."""
     pl = cfg.policy_loss
     return ClippedPolicyLoss(
-        clip_low=pl.clip_low if pl.clip_low is not None else cfg.ppo.clip,
-        clip_high=pl.clip_high if pl.clip_high is not None else cfg.ppo.clip,
-        aggregation=pl.aggregation, max_tokens=cfg.rollout.max_new_tokens, entropy_coef=cfg.ppo.entropy_coef,
+        clip_low=pl.clip_low if pl.clip_low is not None else cfg.rl.clip,
+        clip_high=pl.clip_high if pl.clip_high is not None else cfg.rl.clip,
+        aggregation=pl.aggregation, max_tokens=cfg.rollout.max_new_tokens, entropy_coef=cfg.rl.entropy_coef,
         kl_in_loss=cfg.kl.placement == "loss", kl_estimator=cfg.kl.estimator, kl_coef=kl_coef,
         ratio_level=pl.ratio_level)
 

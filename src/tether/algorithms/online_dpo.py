@@ -76,7 +76,7 @@ class PairedDPOLoss:
         if groups is None or bool((groups != groups[:, :1]).any()):
             raise TrainingError(
                 f"Online DPO got a micro-batch of {len(mb.group_id)} rows that splits a prompt's group of "
-                f"{self.group_size}: each rank's share of a micro-batch (ppo.minibatch_size / ppo.grad_accum_steps, "
+                f"{self.group_size}: each rank's share of a micro-batch (rl.minibatch_size / rl.grad_accum_steps, "
                 "divided over the data-parallel ranks) must be a multiple of group.size.")
         pc, pr, rc, rr, has_pair = pair_sums(logp, mb.ref_logprobs, mask, mb.pair_sign.to(logp.device),
                                              self.group_size)

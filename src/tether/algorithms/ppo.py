@@ -85,7 +85,7 @@ class PPO:
     ``group.size`` says more."""
 
     def __init__(self, cfg):
-        self.ppo, self.kl = cfg.ppo, cfg.kl
+        self.rl, self.ppo, self.kl = cfg.rl, cfg.ppo, cfg.kl
         self.samples_per_prompt = cfg.samples_per_prompt
 
     def experience(self, rollout: Rollout, logprobs: Tensor, ref_logprobs: Tensor, values: Tensor | None,
@@ -94,7 +94,7 @@ class PPO:
         kl = kl_estimate(logprobs, ref_logprobs, self.kl.estimator)
         beta = kl_coef if self.kl.placement == "reward" else 0.0
         rewards, non_score = shape_rewards(scores, kl, beta, mask)
-        advantages, returns = gae_advantages(rewards, values, mask, p.gamma, p.lam)
+        advantages, returns = gae_advantages(rewards, values, mask, self.rl.gamma, p.lam)
         if p.whiten_advantages:
             advantages = masked_whiten(advantages, mask)
         stats = {"objective/non_score_reward": float(non_score.sum(1).mean()),
@@ -103,7 +103,7 @@ class PPO:
         return Experience(rollout, logprobs, ref_logprobs, values, scores, rewards, advantages, returns), stats
 
     def actor_loss(self, kl_coef: float) -> PPOActorLoss:
-        p = self.ppo
+        p = self.rl
         return PPOActorLoss(p.clip, p.entropy_coef, self.kl.placement == "loss", self.kl.estimator, kl_coef,
                             self.critic_loss())
 

@@ -15,6 +15,6 @@ class ReinforcePP(CriticFree):
         mask = rollout.response_mask.to(logprobs.device)
         kl, beta = self.kl_in_reward(logprobs, ref_logprobs, kl_coef)
         rewards, non_score = shape_rewards(scores, kl, beta, mask)
-        advantages = reinforce_pp_advantages(rewards, mask, self.cfg.ppo.gamma)
+        advantages = reinforce_pp_advantages(rewards, mask, self.cfg.rl.gamma)
         stats = {"objective/non_score_reward": float(non_score.sum(1).mean())}
         return Experience(rollout, logprobs, ref_logprobs, None, scores, rewards, advantages, advantages), stats

@@ -2,7 +2,7 @@
 RAFT): every iteration (a round) samples ``group.size`` = N responses per prompt from the
 current policy, the reward source scores them, and the best ``selection.keep`` of each prompt
 (:func:`~tether.algos.selection.best_of_group`, optionally above ``selection.min_score``) become
-supervised targets: ``ppo.epochs`` passes of the negative log-likelihood over the winners'
+supervised targets: ``rl.epochs`` passes of the negative log-likelihood over the winners'
 response tokens. It distils best-of-N into the policy while staying on its own samples.
 
 The KL to the reference acts as in the other critic-free algorithms: with ``kl.placement=reward``

@@ -1,7 +1,7 @@
 """RLOO (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics"): k responses per prompt, each
 one's baseline the mean reward of the other k − 1, the reward KL-shaped at the sequence level
 (score − β·Σ_t KL_t, as TRL's RLOOTrainer and the paper define it), the same advantage at every
-token, no critic. With ``ppo.epochs=1`` the ratio is 1 and the clipped loss is the paper's
+token, no critic. With ``rl.epochs=1`` the ratio is 1 and the clipped loss is the paper's
 REINFORCE gradient; more epochs clip per token as PPO does, or one ratio per response with
 ``policy_loss.ratio_level`` (TRL's RLOOTrainer clips π(y)/π_old(y): ``sequence_product``)."""
 

@@ -2,7 +2,7 @@
 
 :mod:`tether.bench.setup` builds the models, tokenizer and prompts; :mod:`tether.bench.flops`
 counts the work PPO needs per phase; :mod:`tether.bench.peak` measures this machine's matmul
-peak; :mod:`tether.bench.runner` runs :class:`~tether.loops.ppo.PPOTrainer` and reports;
+peak; :mod:`tether.bench.runner` runs :func:`~tether.loops.rl_run.rl_trainer` and reports;
 :mod:`tether.bench.shapes` has real architectures' shapes (``--model``) and their tokenizer;
 :mod:`tether.bench.padding` times one stage's step padded vs packed (``--stage``).
 """

@@ -55,7 +55,7 @@ from tether.bench.setup import SIZES, build_models, word_tokenizer
 
 #: Rows per step: sequences (SFT), pairs (RM, DPO) or prompts (PPO, GRPO: times the group).
 DEFAULT_ROWS = 16
-#: Rows per micro-batch of the RL update (ppo.grad_accum_steps follows from it).
+#: Rows per micro-batch of the RL update (rl.grad_accum_steps follows from it).
 RL_MICRO_ROWS = 16
 
 class TrunkTokens:
@@ -220,15 +220,15 @@ def rl_config(stage: str, prompts: int, response_length: int, precision: str, de
     """The RL stage's config: one epoch, the whole batch one minibatch, micro-batches of
     :data:`RL_MICRO_ROWS` rows (unless the overrides size them), the benchmark's other settings."""
     from tether.bench.runner import bench_overrides
-    from tether.config import PPOConfig, load_config
+    from tether.config import RLConfig, load_config
     from tether.config.rl_blocks import default_group_size
 
     episodes = prompts * default_group_size(stage)
-    sized = any(o.startswith(("ppo.grad_accum_steps=", "ppo.micro_batch_tokens=", "ppo.minibatch_size="))
+    sized = any(o.startswith(("rl.grad_accum_steps=", "rl.micro_batch_tokens=", "rl.minibatch_size="))
                 for o in overrides)
     steps = max(1, episodes // RL_MICRO_ROWS)
-    accum = [] if sized or episodes % steps else [f"ppo.grad_accum_steps={steps}"]
-    return load_config(PPOConfig, None, bench_overrides(prompts, response_length, 1, 1, precision, minibatches=1,
+    accum = [] if sized or episodes % steps else [f"rl.grad_accum_steps={steps}"]
+    return load_config(RLConfig, None, bench_overrides(prompts, response_length, 1, 1, precision, minibatches=1,
                                                          seed=seed, algorithm=stage, device=device)
                        + accum + list(overrides))
 
@@ -252,7 +252,7 @@ def rl_step(stage: str, setup_models: dict, tokenizer, data: list, cfg) -> Stage
     from dataclasses import replace
 
     from tether.loops.common import Timer
-    from tether.loops.ppo import ppo_trainer
+    from tether.loops.rl_run import rl_trainer
     from tether.loops.rl_setup import PromptSet
     from tether.roles.build import make_roles
     from tether.roles.groups import role_names
@@ -260,8 +260,8 @@ def rl_step(stage: str, setup_models: dict, tokenizer, data: list, cfg) -> Stage
     m = setup_models
     roles = make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], tokenizer,
                        needed=role_names(cfg))
-    trainer = ppo_trainer(cfg, roles, PromptSet(ids=[p for p, _ in data], texts=[""] * len(data), dropped_long=0))
-    # ppo.micro_batch_tokens bins by padded or packed cost as model.padding_free says: one config per mode.
+    trainer = rl_trainer(cfg, roles, PromptSet(ids=[p for p, _ in data], texts=[""] * len(data), dropped_long=0))
+    # rl.micro_batch_tokens bins by padded or packed cost as model.padding_free says: one config per mode.
     cfgs = {packed: replace(cfg, model=replace(cfg.model, padding_free=packed))
             if hasattr(cfg.model, "padding_free") else cfg for packed in (False, True)}
     rollout = rl_rollout(data, tokenizer.pad_token_id)
@@ -382,8 +382,8 @@ def run_padding_bench(stage: str, lengths: str = "demo", size: str = "small", ro
         "iterations": iterations, "warmup_steps_per_mode": 1, "order": "padded, packed, alternating",
         "seed": seed, "threads": threads, "torch_threads": torch.get_num_threads(),
         "overrides": list(overrides),
-        "micro_batches": ({"grad_accum_steps": cfg.ppo.grad_accum_steps,
-                           "micro_batch_tokens": getattr(cfg.ppo, "micro_batch_tokens", None)} if rl else None),
+        "micro_batches": ({"grad_accum_steps": cfg.rl.grad_accum_steps,
+                           "micro_batch_tokens": getattr(cfg.rl, "micro_batch_tokens", None)} if rl else None),
         "packing_core": packing_core() is not None,
     }
     report["versions"] = versions()

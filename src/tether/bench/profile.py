@@ -56,7 +56,7 @@ def summarize_ops(ops: dict[str, float], update_s: float, update_gflop: float, t
     Returns the matmul seconds, their GFLOP/s, the seconds not in matmuls, the matmul share of
     the update and the ``top`` operators by self time. The GFLOP/s are of ``executed_gflop``
     (the matmuls' own FLOPs, as the clock counted them) when given, else of ``update_gflop``
-    (the update's counted work, which skipped work such as ``ppo.trim_last_layer`` inflates).
+    (the update's counted work, which skipped work such as ``rl.trim_last_layer`` inflates).
     ``streams``: threads that ran the update side by side (``cpu.parallel_roles``), each on its
     share of the cores. Self times are then summed over the threads: the matmul seconds are
     divided by ``streams`` to compare with the wall-clock update, and the share is of

@@ -32,9 +32,9 @@ def predicted_memory(roles, cfg, model_config, prompt_len: int, parallel: bool) 
     shape = memory.Shape.of(model_config)
     on_cpu = next(next(_role_models(roles))[1].parameters()).device.type == "cpu"
     run = memory.Workload(
-        cfg.algorithm, micro_batch=max(1, cfg.ppo.minibatch_size // cfg.ppo.grad_accum_steps), batch=cfg.episodes,
+        cfg.algorithm, micro_batch=max(1, cfg.rl.minibatch_size // cfg.rl.grad_accum_steps), batch=cfg.episodes,
         prompt=prompt_len, response=cfg.rollout.max_new_tokens, precision=cfg.run.precision, dtype=_dtype(roles),
-        grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.ppo.entropy_coef > 0, parallel_roles=parallel,
+        grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.rl.entropy_coef > 0, parallel_roles=parallel,
         captured_logprobs=cfg.rollout.capture_logprobs, logprob_chunk=memory.default_logprob_chunk(shape.vocab),
         retained_heap=on_cpu and parallel and cfg.cpu.retain_memory,
         decode_copy=4 if on_cpu and getattr(roles, "linear_backend", "aten") == "onednn" else 0)

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 PHASES = ("generate", "logprobs", "ref_logprobs", "values", "reward", "advantages",
           "update_forward", "update_backward", "update_optimizer")
-# Timer keys of PPOTrainer.step -> bench phase names.
+# Timer keys of RLTrainer.step -> bench phase names.
 TIMER_KEYS = {
     "timing/rollout": "generate",
     "timing/logprobs": "logprobs",
@@ -66,7 +66,7 @@ def bench_overrides(batch: int, response_length: int, epochs: int, iterations: i
     if episodes % minibatches:
         raise ValueError(f"batch {batch} is not divisible into {minibatches} minibatches")
     critic = algorithm_needs_critic(algorithm)
-    value_keys = ["ppo.value_clip=0.2", "ppo.vf_coef=0.1", "ppo.gamma=1.0", "ppo.lam=0.95"] if critic else []
+    value_keys = ["ppo.value_clip=0.2", "ppo.vf_coef=0.1", "rl.gamma=1.0", "ppo.lam=0.95"] if critic else []
     return [f"algorithm={algorithm}", *value_keys,
         "prompts=bench", "model.name_or_path=bench", "reward.models=[bench]",
         "reward.eos_penalty=null", "reward.normalize=none",
@@ -74,8 +74,8 @@ def bench_overrides(batch: int, response_length: int, epochs: int, iterations: i
         f"rollout.batch_size={batch}", f"rollout.max_new_tokens={response_length}",
         f"rollout.min_new_tokens={response_length}", "rollout.temperature=0.7",
         "rollout.top_k=0", "rollout.top_p=1.0",
-        f"ppo.iterations={iterations}", f"ppo.epochs={epochs}", f"ppo.minibatch_size={episodes // minibatches}",
-        "ppo.clip=0.2", "kl.estimator=k1", "kl.placement=reward", "kl.controller=fixed", "kl.coef=0.05",
+        f"rl.iterations={iterations}", f"rl.epochs={epochs}", f"rl.minibatch_size={episodes // minibatches}",
+        "rl.clip=0.2", "kl.estimator=k1", "kl.placement=reward", "kl.controller=fixed", "kl.coef=0.05",
         f"run.precision={precision}", f"run.device={device}",
     ]
 
@@ -127,8 +127,8 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     init) instead of ``size``; its prompts are ``prompt_tokens`` (min, max) random tokens.
     ``algorithm``: ppo or a critic-free one (tether.algorithms); ``device``: run.device.
     """
-    from tether.config import PPOConfig, load_config
-    from tether.loops.ppo import ppo_trainer
+    from tether.config import RLConfig, load_config
+    from tether.loops.rl_run import rl_trainer
     from tether.roles.build import make_roles
     from tether.roles.groups import role_names
     from tether.roles.sources import SHARED_WITH_CRITIC
@@ -140,7 +140,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     if threads:
         torch.set_num_threads(threads)
     label = size if model is None else model.name
-    cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
+    cfg = load_config(RLConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
                                                         seed=seed, algorithm=algorithm, device=device)
                       + list(overrides))
     retained = cfg.cpu.retain_memory and _retained()  # before the models' memory is allocated
@@ -168,7 +168,7 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
     else:
         critic, reward = (m["reward"], SHARED_WITH_CRITIC) if shared_rm else (m["critic"], m["reward"])
         roles = make_roles(cfg, m["policy"], m["reference"], critic, reward, setup.tokenizer, needed=role_names(cfg))
-        trainer = ppo_trainer(cfg, roles, setup.prompts)
+        trainer = rl_trainer(cfg, roles, setup.prompts)
     if trainer_hook is not None:
         trainer_hook(trainer)
 
@@ -228,11 +228,11 @@ def run_bench(size: str = "small", precision: str = "fp32", batch: int = 16, res
         "params": params,
         "config": {"batch": batch, "episodes": cfg.episodes, "response_length": response_length, "epochs": epochs,
                    "prompt_tokens": None if model is None else list(prompt_tokens),
-                   "minibatch_size": cfg.ppo.minibatch_size,
-                   "optimizer_steps": epochs * (cfg.episodes // cfg.ppo.minibatch_size),
+                   "minibatch_size": cfg.rl.minibatch_size,
+                   "optimizer_steps": epochs * (cfg.episodes // cfg.rl.minibatch_size),
                    "iterations": iterations, "timed_iterations": len(timed), "temperature": cfg.rollout.temperature,
-                   "parallel_roles": parallel, "precision": cfg.run.precision, "compile": cfg.ppo.compile,
-                   "trim_last_layer": cfg.ppo.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
+                   "parallel_roles": parallel, "precision": cfg.run.precision, "compile": cfg.rl.compile,
+                   "trim_last_layer": cfg.rl.trim_last_layer, "shared_trunk": cfg.critic.shared_trunk,
                    "linear_backend": cfg.cpu.linear_backend,
                    "linear_backend_resolved": roles.linear_backend if roles is not None else None,
                    "placement": cfg.placement.backend,
@@ -304,7 +304,7 @@ def _disk_trainer(cfg, setup, overrides: list[str], batch, response_length, epoc
     from pathlib import Path
 
     from tether.algorithms import algorithm
-    from tether.config import PPOConfig, load_config
+    from tether.config import RLConfig, load_config
     from tether.loops.rl import RLTrainer
     from tether.placement import make_placement
 
@@ -319,7 +319,7 @@ def _disk_trainer(cfg, setup, overrides: list[str], batch, response_length, epoc
     setup.models["reward"].save_pretrained(root / "reward")
     setup.tokenizer.save_pretrained(root / "reward")
     paths.append(f"reward.models=[{root / 'reward'}]")
-    cfg = load_config(PPOConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
+    cfg = load_config(RLConfig, None, bench_overrides(batch, response_length, epochs, iterations, precision,
                                                         seed=seed, algorithm=cfg.algorithm, device=cfg.run.device)
                       + overrides + paths)
     placement, _, _ = make_placement(cfg)

@@ -77,7 +77,7 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="With --stage: also write the JSON to FILE.")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="Extra PPO config overrides, e.g. ppo.autocast=bf16 (with --stage: that stage's config, "
-                        "e.g. ppo.micro_batch_tokens=4096).")
+                        "e.g. rl.micro_batch_tokens=4096).")
 
 
 #: (batch, response length, epochs) without and with --model (a real shape costs ~10-100x per token).

@@ -48,7 +48,7 @@ def run(args) -> int:
     overrides = parse_sets(args.sets)
     check_output_dir(args.out, "--out")
     if args.iterations is not None:
-        overrides.setdefault(DEFAULT_ALGORITHM, []).append(f"ppo.iterations={args.iterations}")
+        overrides.setdefault(DEFAULT_ALGORITHM, []).append(f"rl.iterations={args.iterations}")
     beside = None
     if args.beside:
         import json

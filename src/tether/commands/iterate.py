@@ -28,7 +28,7 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=8800, help="With --page: its port on 127.0.0.1.")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="STAGE:KEY=VALUE",
-                   help="Override the rm or ppo preset's key, e.g. --set ppo:ppo.iterations=50.")
+                   help="Override the rm or ppo preset's key, e.g. --set ppo:rl.iterations=50.")
 
 
 def run(args) -> int:

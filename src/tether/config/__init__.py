@@ -1,14 +1,14 @@
 """Typed config trees, YAML presets and dotted overrides."""
 
 from tether.config.base import describe, from_dict, load_config, rebase_paths, replace, save_config, to_dict
-from tether.config.stages import DPOConfig, ORPOConfig, PPOConfig, RewardModelConfig, SFTConfig, SimPOConfig
+from tether.config.stages import DPOConfig, ORPOConfig, RLConfig, RewardModelConfig, SFTConfig, SimPOConfig
 from tether.config.kto import KTOConfig
 
 __all__ = [
     "DPOConfig",
     "KTOConfig",
     "ORPOConfig",
-    "PPOConfig",
+    "RLConfig",
     "RewardModelConfig",
     "SFTConfig",
     "SimPOConfig",

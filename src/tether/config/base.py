@@ -218,13 +218,14 @@ def check_keys(cls: type, data: dict, prefix: str = "") -> None:
                     check_keys(item, entry, f"{prefix}{key}[{i}].")
 
 
-def from_dict(cls: type, data: dict | None, prefix: str = "") -> Any:
-    """Build the dataclass ``cls`` from a nested dict, validating every key and value."""
+def from_dict(cls: type, data: dict | None, prefix: str = "", notices: bool = True) -> Any:
+    """Build the dataclass ``cls`` from a nested dict, validating every key and value; ``notices``:
+    say where each moved key went (:func:`apply_moved_keys`)."""
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"Config block '{prefix.rstrip('.') or '<root>'}' must be a mapping.")
     data = dict(data or {})
     if not prefix:
-        data = apply_moved_keys(cls, data)
+        data = apply_moved_keys(cls, data, notices)
         check_keys(cls, data)
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -282,11 +283,12 @@ def _rebased(value: str, base: Path) -> str:
     return os.path.normpath(base / path)
 
 
-def apply_moved_keys(cls: type, data: dict) -> dict:
+def apply_moved_keys(cls: type, data: dict, notices: bool = True) -> dict:
     """``data`` with the keys ``cls.MOVED_KEYS`` lists moved to their new place (a notice on
     stderr says where; a tuple of new keys: one old key that set several, each gets its value),
     or dropped with the reason when they were removed; earlier presets, overrides and saved run
-    configs keep working. A key given both ways is an error."""
+    configs keep working (``notices=False``: silently, for a comparison). A key given both ways is
+    an error."""
     import logging
 
     moved = getattr(cls, "MOVED_KEYS", {})
@@ -307,7 +309,8 @@ def apply_moved_keys(cls: type, data: dict) -> dict:
             if parent.get(part) == {}:
                 del parent[part]
         if new is None:
-            log.warning("config key '%s' was removed (%s); its value %r is ignored.", old, how, value)
+            if notices:
+                log.warning("config key '%s' was removed (%s); its value %r is ignored.", old, how, value)
             continue
         if isinstance(how, dict):
             if value not in how:
@@ -318,7 +321,8 @@ def apply_moved_keys(cls: type, data: dict) -> dict:
         targets = keep(data, targets) if keep is not None else targets
         for key in targets:
             _place(data, old, key, value)
-        log.warning("config key '%s' is now '%s' (set to %r).", old, "' and '".join(targets), value)
+        if notices:
+            log.warning("config key '%s' is now '%s' (set to %r).", old, "' and '".join(targets), value)
     return data
 
 
@@ -336,6 +340,46 @@ def _place(data: dict, old: str, new: str, value) -> None:
         raise ConfigError(f"Config key '{old}' moved to '{new}', and both are given with different values "
                           f"({value!r} and {target[new_leaf]!r}); keep '{new}'.")
     target[new_leaf] = value
+
+
+def merge_setting(cls: type, data: dict, path: list[str], value: Any, given: list | None = None) -> None:
+    """:func:`merge_override` of a setting given on top of ``data`` (an override over a preset, a
+    saved config or a config object): it wins over the other spelling of the same key there, a
+    moved key's old or new name (``cls.MOVED_KEYS``), as it wins over the same name; an old name
+    keeps its notice. ``given``: the (dotted key, value) settings merged before this one, appended
+    to; both spellings among them stay an error."""
+    dotted = ".".join(path)
+    given = [] if given is None else given
+    for old, (new, _how) in getattr(cls, "MOVED_KEYS", {}).items():
+        if not isinstance(new, str):  # removed, or one old key that set several: both given stay an error
+            continue
+        for mine, other in ((old, new), (new, old)):
+            if _sets(dotted, value, mine) and not any(_sets(key, v, other) for key, v in given):
+                _drop(data, other)
+    given.append((dotted, value))
+    merge_override(data, path, value)
+
+
+def _sets(dotted: str, value: Any, key: str) -> bool:
+    """Whether setting ``dotted`` to ``value`` sets the dotted ``key`` (itself, or a block holding it)."""
+    if dotted == key:
+        return True
+    if not key.startswith(dotted + "."):
+        return False
+    for part in key[len(dotted) + 1:].split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return True
+
+
+def _drop(data: dict, key: str) -> None:
+    """Remove the dotted ``key`` from ``data`` if it is there."""
+    *parents, leaf = key.split(".")
+    for part in parents:
+        data = data.get(part) if isinstance(data, dict) else None
+    if isinstance(data, dict):
+        data.pop(leaf, None)
 
 
 def _leaves(obj: Any, prefix: str) -> dict[str, Any]:
@@ -467,9 +511,10 @@ def load_config(cls: type, path: str | Path | None = None, overrides: list[str] 
     from tether.config.saved import check_saved_stage, read_preset
 
     data, saved = read_preset(cls, path) if path else ({}, None)
+    given: list = []
     for text in overrides:
         keys, value = parse_override(text)
-        merge_override(data, keys, value)
+        merge_setting(cls, data, keys, value, given)
     if saved is not None:
         check_saved_stage(cls, saved, data, path)
     return from_dict(cls, data)
@@ -500,7 +545,7 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
 
 def replace(cfg: Any, overrides: dict[str, Any]) -> Any:
     """A copy of ``cfg`` with dotted-key overrides applied and re-validated."""
-    data = to_dict(cfg)
+    data, given = to_dict(cfg), []
     for key, value in overrides.items():
-        merge_override(data, key.split("."), value)
+        merge_setting(type(cfg), data, key.split("."), value, given)
     return from_dict(type(cfg), data)

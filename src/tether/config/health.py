@@ -33,7 +33,7 @@ EARLY_RULES = ("nothing_to_learn",)
 class HealthConfig:
     """Training-health alarms (the reference texts' monitoring tables, checked every iteration)."""
 
-    enabled: bool = option(True, "Check the health rules after every PPO iteration.")
+    enabled: bool = option(True, "Check the health rules after every RL iteration.")
     warmup_iters: int = option(
         5, "Judge nothing up to and including this iteration (its metrics still enter the averages).", ge=0
     )

@@ -1,6 +1,7 @@
-"""The blocks of the RL stages' config (the PPO family): the reward source, the critic and its
-optimiser, the actor's optimiser, group sampling, the policy loss, the KL, the ``ppo`` block,
-the CPU speedups and held-out evaluation. :class:`tether.config.stages.PPOConfig` holds them."""
+"""The blocks of the RL stages' config: the reward source, the critic and its optimiser, the
+actor's optimiser, group sampling, the policy loss, the KL, the loop every algorithm runs (``rl``),
+PPO's own settings (``ppo``), the CPU speedups and held-out evaluation.
+:class:`tether.config.stages.RLConfig` holds them."""
 
 from __future__ import annotations
 
@@ -158,11 +159,11 @@ class GroupConfig:
 
 @dataclass(frozen=True)
 class PolicyLossConfig:
-    """The critic-free algorithms' actor loss (grpo, rloo, reinforce_pp; ppo uses ppo.clip)."""
+    """The critic-free algorithms' actor loss (grpo, rloo, reinforce_pp; ppo uses rl.clip)."""
 
-    clip_low: float | None = option(None, "Lower ratio clip: r >= 1 - clip_low; null = ppo.clip.", gt=0, lt=1)
+    clip_low: float | None = option(None, "Lower ratio clip: r >= 1 - clip_low; null = rl.clip.", gt=0, lt=1)
     clip_high: float | None = option(
-        None, "Upper ratio clip: r <= 1 + clip_high; null = ppo.clip (DAPO's clip-higher uses 0.28).", gt=0)
+        None, "Upper ratio clip: r <= 1 + clip_high; null = rl.clip (DAPO's clip-higher uses 0.28).", gt=0)
     aggregation: Literal["token_mean", "sequence_mean", "fixed_normalizer"] | None = option(
         None, "How per-token losses become one: token_mean (DAPO: every token alike), sequence_mean "
               "(GRPO paper: every response alike), fixed_normalizer (Dr. GRPO: sum / (responses x "
@@ -173,7 +174,7 @@ class PolicyLossConfig:
               "response, pi(y)/pi_old(y): the RLOO paper's and TRL's RLOOTrainer; its log is capped at 20 so "
               "float32 stays finite). A response's ratio is clipped as one. A sequence ratio sits far closer to 1 "
               "than token ratios, so the clip must be set for it: GSPO's paper clips at clip_low=3e-4, "
-              "clip_high=4e-4; the default ppo.clip 0.2 almost never binds. null = the algorithm's own default "
+              "clip_high=4e-4; the default rl.clip 0.2 almost never binds. null = the algorithm's own default "
               "(its registry entry's; docs/algorithms.md).")
 
     def resolved(self, algorithm: str) -> "PolicyLossConfig":
@@ -225,31 +226,27 @@ BF16_RATIO_TOLERANCE = 1e-1
 
 
 @dataclass(frozen=True)
-class PPOAlgoConfig:
-    """The PPO update."""
+class RLLoopConfig:
+    """The RL loop every algorithm runs: iterations of a rollout and an update, the update's
+    minibatches, the actor's policy loss and the invariant checks."""
 
-    iterations: int = option(100, "PPO iterations (rollout + update).", ge=1)
+    iterations: int = option(100, "Iterations (one rollout, then one update each).", ge=1)
     epochs: int = option(4, "Passes over each rollout batch.", ge=1)
     minibatch_size: int = option(64, "Episodes per optimiser step.", ge=1)
     grad_accum_steps: int = option(1, "Micro-batches per minibatch (memory only).", ge=1)
     micro_batch_tokens: int | None = option(None, MICRO_BATCH_TOKENS_HELP, ge=1)
-    clip: float = option(0.2, "Policy ratio clip epsilon.", gt=0)
-    value_clip: float | None = option(0.2, "Value clip range around old values; null = off.", gt=0)
-    vf_coef: float = option(0.1, "Value-loss coefficient.", gt=0)
+    clip: float = option(0.2, "Policy ratio clip epsilon (policy_loss.clip_low/clip_high may override it).", gt=0)
     entropy_coef: float = option(0.0, "Entropy bonus coefficient.", ge=0)
-    gamma: float = option(1.0, "Discount.", ge=0, le=1)
-    lam: float = option(0.95, "GAE lambda.", ge=0, le=1)
-    whiten_advantages: bool = option(True, "Whiten advantages over the batch.")
+    gamma: float = option(1.0, "Discount of the per-token rewards (ppo's GAE, reinforce_pp's returns).", ge=0, le=1)
     target_approx_kl: float | None = option(
         None, "Stop an iteration's epochs early when approx-KL to the rollout policy exceeds this.", gt=0
     )
-    critic_warmup_iters: int = option(0, "First K iterations train only the critic.", ge=0)
     fused_optimizer: bool = option(
         True, "AdamW's fused kernel: one pass over each parameter instead of ~10 (same update up to rounding)."
     )
     trim_last_layer: bool = option(
         True,
-        "Run each model's last decoder layer only at the positions PPO reads (response positions "
+        "Run each model's last decoder layer only at the positions the update reads (response positions "
         "for log-probs and values, the last token for the reward); its keys and values still cover "
         "every position. Same outputs up to float summation order, ~10% fewer FLOPs per pass at "
         "the bench's shapes. Llama-layout models only (checked once per model against the full "
@@ -264,7 +261,7 @@ class PPOAlgoConfig:
     )
     compile_mode: Literal["default", "max-autotune"] = option(
         "default",
-        "With ppo.compile: 'default' fuses the elementwise ops; 'max-autotune' also lets inductor time "
+        "With rl.compile: 'default' fuses the elementwise ops; 'max-autotune' also lets inductor time "
         "its own GEMM kernels against ATen's and keep the faster (longer first compilation; on the "
         "2-core bench CPU it measured no faster than 'default', GPUs may differ).",
     )
@@ -281,15 +278,30 @@ class PPOAlgoConfig:
     def validate(self) -> None:
         if self.minibatch_size % self.grad_accum_steps:
             raise ConfigError(
-                f"Config key 'ppo.grad_accum_steps' = {self.grad_accum_steps}: must divide "
-                f"ppo.minibatch_size = {self.minibatch_size}."
+                f"Config key 'rl.grad_accum_steps' = {self.grad_accum_steps}: must divide "
+                f"rl.minibatch_size = {self.minibatch_size}."
             )
-        check_micro_batches("ppo.micro_batch_tokens", self.micro_batch_tokens, self.grad_accum_steps)
+        check_micro_batches("rl.micro_batch_tokens", self.micro_batch_tokens, self.grad_accum_steps)
+
+
+#: The keys of the ``rl`` block (earlier configs named them ``ppo.KEY``: RLConfig.MOVED_KEYS).
+RL_LOOP_KEYS = tuple(f.name for f in dataclasses.fields(RLLoopConfig))
 
 
 @dataclass(frozen=True)
-class PPOCPUConfig(CPUConfig):
-    """CPU-only speedups of PPO's models (docs/performance.md). No effect on other devices."""
+class PPOAlgoConfig:
+    """PPO's own settings: GAE and the critic's value loss (the loop's are in the rl block)."""
+
+    value_clip: float | None = option(0.2, "Value clip range around old values; null = off.", gt=0)
+    vf_coef: float = option(0.1, "Value-loss coefficient.", gt=0)
+    lam: float = option(0.95, "GAE lambda.", ge=0, le=1)
+    whiten_advantages: bool = option(True, "Whiten advantages over the batch.")
+    critic_warmup_iters: int = option(0, "First K iterations train only the critic.", ge=0)
+
+
+@dataclass(frozen=True)
+class RLCPUConfig(CPUConfig):
+    """CPU-only speedups of the RL roles' models (docs/performance.md). No effect on other devices."""
 
     linear_backend: Literal["auto", "onednn", "aten"] = option(
         "auto",
@@ -300,21 +312,21 @@ class PPOCPUConfig(CPUConfig):
         "(5-30% faster products on an EPYC Zen 4); on Intel aten in fp32 (MKL as fast or faster on "
         "a Xeon with AMX) and onednn under bf16 autocast (its packed bf16 decode); aten on CPUs never "
         "measured. Same products up to summation order. Under bf16 autocast the decode loop packs bf16 "
-        "copies of the same weights; the update's bf16 products and ppo.compile use aten.",
+        "copies of the same weights; the update's bf16 products and rl.compile use aten.",
     )
     parallel_roles: bool = option(
         True,
         "With 2+ torch threads, run the actor's and the critic's update passes side by side in two "
         "threads, each with half the torch threads. Same maths (separate models, losses and "
         "optimisers); faster because one stream of small-batch ops leaves cores idle between "
-        "kernels (~15% per iteration at the bench's small size). Not with ppo.compile (compiling in "
+        "kernels (~15% per iteration at the bench's small size). Not with rl.compile (compiling in "
         "two threads at once can deadlock).",
     )
 
 
 @dataclass(frozen=True)
-class PPOEvalConfig:
-    """Held-out evaluation during and after PPO."""
+class RLEvalConfig:
+    """Held-out evaluation during and after an RL run."""
 
     prompts: str | None = option(None, "Held-out prompts file; null = no evaluation.", path=True)
     every: int = option(0, "Evaluate every this many iterations (0 = only at the end).", ge=0)
@@ -347,7 +359,7 @@ def check_group_counts(cfg, spec) -> None:
     - the winners of a group (``selection.keep``, the algorithm reading the selection block) are
       at most the group;
     - an algorithm whose loss compares a group's responses (``whole_groups``) takes row-count
-      micro-batches: ``ppo.micro_batch_tokens`` bins rows by length, splitting groups (online_dpo
+      micro-batches: ``rl.micro_batch_tokens`` bins rows by length, splitting groups (online_dpo
       lists the key among those it does not read; this covers a plugin's such algorithm)."""
     keep = cfg.selection.keep
     if spec.config_block == "selection" and keep > cfg.samples_per_prompt:
@@ -355,13 +367,13 @@ def check_group_counts(cfg, spec) -> None:
             f"Config key 'selection.keep' = {keep}: {cfg.algorithm} keeps the best selection.keep of each prompt's "
             f"group.size samples, and {_group_size(cfg)}; expected at most {cfg.samples_per_prompt}. Lower "
             f"selection.keep, or raise group.size to at least {keep}.")
-    tokens = cfg.ppo.micro_batch_tokens
+    tokens = cfg.rl.micro_batch_tokens
     if spec.whole_groups and tokens is not None:
         raise ConfigError(
-            f"Config key 'ppo.micro_batch_tokens' = {tokens} with algorithm={cfg.algorithm}: its loss compares each "
+            f"Config key 'rl.micro_batch_tokens' = {tokens} with algorithm={cfg.algorithm}: its loss compares each "
             f"prompt's responses ({_group_size(cfg)}) inside one micro-batch, and a token budget bins rows by "
-            "length, splitting the groups. Drop ppo.micro_batch_tokens and size micro-batches by rows "
-            "(ppo.grad_accum_steps, keeping ppo.minibatch_size / ppo.grad_accum_steps a multiple of group.size).")
+            "length, splitting the groups. Drop rl.micro_batch_tokens and size micro-batches by rows "
+            "(rl.grad_accum_steps, keeping rl.minibatch_size / rl.grad_accum_steps a multiple of group.size).")
 
 
 def check_learning_signal(cfg) -> None:

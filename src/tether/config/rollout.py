@@ -53,12 +53,12 @@ class RolloutConfig:
     capture_logprobs: bool = option(
         True,
         "Keep the actor's log-probs computed while sampling instead of a second forward pass; the "
-        "first-minibatch ratio check (ppo.ratio_tolerance) verifies they agree with a fresh forward.",
+        "first-minibatch ratio check (rl.ratio_tolerance) verifies they agree with a fresh forward.",
     )
     use_engine_logprobs: bool = option(
         False,
         "rollout.engine=vllm: take the rollout log-probs (pi_old) from the engine instead of an actor forward pass. "
-        "The first-minibatch ratio check (ppo.ratio_tolerance) measures how far they are from the actor's "
+        "The first-minibatch ratio check (rl.ratio_tolerance) measures how far they are from the actor's "
         "(logged as rollout/engine_ratio_deviation); objective/entropy is then the sampled tokens' mean "
         "-log-prob (an unbiased estimate: vLLM returns no entropies). The lean and hf engines use "
         "rollout.capture_logprobs instead.",

@@ -35,10 +35,12 @@ from tether.config.rl_blocks import (
     GroupConfig,
     KLConfig,
     PPOAlgoConfig,
-    PPOCPUConfig,
-    PPOEvalConfig,
     PolicyLossConfig,
     RewardSourceConfig,
+    RL_LOOP_KEYS,
+    RLCPUConfig,
+    RLEvalConfig,
+    RLLoopConfig,
     SelectionConfig,
     check_group_counts,
     check_learning_signal,
@@ -221,8 +223,9 @@ class ORPOConfig(PairStageConfig):
 
 
 @dataclass(frozen=True)
-class PPOConfig:
-    """PPO-RLHF: actor, reference, reward, critic."""
+class RLConfig:
+    """An RL stage, any registered algorithm (``algorithm``, PPO by default): the actor, its
+    reference, the reward source and, for an algorithm that trains one, the critic."""
 
     run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
     model: ModelConfig = section(ModelConfig, "The actor's initial weights: the SFT checkpoint.")
@@ -242,10 +245,12 @@ class PPOConfig:
     optim: ActorOptimConfig = section(ActorOptimConfig, "The actor's optimiser and schedule (the critic's is "
                                                         "critic.optim).")
     kl: KLConfig = section(KLConfig, "The KL penalty to the reference.")
-    ppo: PPOAlgoConfig = section(PPOAlgoConfig, "The PPO update.")
-    eval: PPOEvalConfig = section(PPOEvalConfig, "Held-out evaluation.")
+    rl: RLLoopConfig = section(RLLoopConfig, "The RL loop every algorithm runs: iterations, the update's epochs "
+                                             "and minibatches, the policy loss's clip and the invariant checks.")
+    ppo: PPOAlgoConfig = section(PPOAlgoConfig, "PPO's own settings: GAE and the critic's value loss.")
+    eval: RLEvalConfig = section(RLEvalConfig, "Held-out evaluation.")
     health: HealthConfig = section(HealthConfig, "Training-health alarms (reference monitoring tables).")
-    cpu: PPOCPUConfig = section(PPOCPUConfig, "CPU-only speedups.")
+    cpu: RLCPUConfig = section(RLCPUConfig, "CPU-only speedups.")
     lora: LoRAConfig = section(
         LoRAConfig, "LoRA adapters on the actor (r = 0: off). The reference is then the actor's base with the "
                     "adapters switched off: one copy of the base weights serves both.")
@@ -266,6 +271,7 @@ class PPOConfig:
                   **{f"ppo.{key}": ((f"optim.{key}", f"critic.optim.{key}"), None)  # they set both models'
                      for key in ("warmup_steps", "max_grad_norm", "weight_decay")},
                   "ppo.parallel_roles": ("cpu.parallel_roles", None),
+                  **{f"ppo.{key}": (f"rl.{key}", None) for key in RL_LOOP_KEYS},  # the loop's, every algorithm's
                   "ppo.balance_roles": (None, "it shared the update threads' weight-gradient products outside "
                                               "autograd, which torch.distributed cannot wrap, for ~3% at the bench's "
                                               "small size")}
@@ -302,10 +308,10 @@ class PPOConfig:
 
     @property
     def ratio_tolerance(self) -> float:
-        """``ppo.ratio_tolerance``, raised to bf16/fp16 rounding level under autocast."""
+        """``rl.ratio_tolerance``, raised to bf16/fp16 rounding level under autocast."""
         if self.run.precision == "fp32":
-            return self.ppo.ratio_tolerance
-        return max(self.ppo.ratio_tolerance, BF16_RATIO_TOLERANCE)
+            return self.rl.ratio_tolerance
+        return max(self.rl.ratio_tolerance, BF16_RATIO_TOLERANCE)
 
     def validate(self) -> None:
         self.optim.check("optim")
@@ -333,16 +339,16 @@ class PPOConfig:
                 refuse_inert(self, [other.config_block], f"with algorithm={self.algorithm}; only {other.name} reads it")
         check_group_counts(self, spec)
         check_learning_signal(self)
-        if spec.whole_groups and (self.ppo.minibatch_size // self.ppo.grad_accum_steps) % self.samples_per_prompt:
+        if spec.whole_groups and (self.rl.minibatch_size // self.rl.grad_accum_steps) % self.samples_per_prompt:
             raise ConfigError(
-                f"Config key 'ppo.minibatch_size' = {self.ppo.minibatch_size}: {self.algorithm} compares each prompt's "
-                f"responses with each other, so every micro-batch (ppo.minibatch_size / ppo.grad_accum_steps = "
-                f"{self.ppo.minibatch_size // self.ppo.grad_accum_steps}) must hold whole groups of group.size = "
+                f"Config key 'rl.minibatch_size' = {self.rl.minibatch_size}: {self.algorithm} compares each prompt's "
+                f"responses with each other, so every micro-batch (rl.minibatch_size / rl.grad_accum_steps = "
+                f"{self.rl.minibatch_size // self.rl.grad_accum_steps}) must hold whole groups of group.size = "
                 f"{self.samples_per_prompt}.")
         episodes = self.rollout.batch_size * self.samples_per_prompt
-        if episodes % self.ppo.minibatch_size:
+        if episodes % self.rl.minibatch_size:
             raise ConfigError(
-                f"Config key 'ppo.minibatch_size' = {self.ppo.minibatch_size}: must divide the responses per "
+                f"Config key 'rl.minibatch_size' = {self.rl.minibatch_size}: must divide the responses per "
                 f"iteration, rollout.batch_size x group.size = {self.rollout.batch_size} x "
                 f"{self.samples_per_prompt} = {episodes}."
             )
@@ -409,7 +415,7 @@ def algorithm_needs_critic(name: str) -> bool:
     return algorithm_spec(name).needs_critic
 
 
-def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
+def inert_rl_settings(cfg: RLConfig) -> list[tuple[tuple[str, ...], str]]:
     """(keys, the setting under which they do nothing) of an RL config: each of those keys set
     to anything but its default is refused (a setting that silently does nothing is a defect)."""
     rules = []
@@ -432,8 +438,8 @@ def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
         rules.append((("reward.api_key",), "with no reward.url (it is the reward server's key)"))
     if not cfg.eval.prompts:
         rules.append((("eval.every", "eval.max_prompts", "eval.judge"), "with no eval.prompts (no held-out evaluation)"))
-    if not cfg.ppo.compile:
-        rules.append((("ppo.compile_mode",), "with ppo.compile=false"))
+    if not cfg.rl.compile:
+        rules.append((("rl.compile_mode",), "with rl.compile=false"))
     if cfg.rollout.is_correction == "none":
         rules.append((("rollout.is_cap", "health.is_clipped_high", "health.is_weight_drift"),
                       "with rollout.is_correction=none (they bound and watch the correction's weights)"))
@@ -459,4 +465,4 @@ def inert_rl_settings(cfg: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
     return rules
 
 
-__all__ = ["SFTConfig", "RewardModelConfig", "PPOConfig", "DPOConfig", "SimPOConfig", "ORPOConfig"]
+__all__ = ["SFTConfig", "RewardModelConfig", "RLConfig", "DPOConfig", "SimPOConfig", "ORPOConfig"]

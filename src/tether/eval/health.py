@@ -69,7 +69,7 @@ from typing import Any
 from tether.config.health import EARLY_RULES, LEVELS, RULES, HealthConfig
 from tether.eval.health_fixes import FIXES
 
-#: The metric each rule reads (names logged by ``loops/ppo.py``).
+#: The metric each rule reads (names logged by ``loops/rl.py`` and the algorithms).
 KEYS = {
     "kl": "objective/kl",
     "score": "objective/score",

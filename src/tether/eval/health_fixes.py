@@ -6,7 +6,7 @@ FIXES = {
     "kl_barely_moved": (
         "The policy has barely changed from SFT (ref. 003: KL < 1 -> 'decrease beta or train longer'; "
         "ref. 004: 'reward does not move -> lower beta or increase LR'). Lower kl.coef (or raise "
-        "kl.target with the adaptive controller), raise optim.lr, or run more ppo.iterations."
+        "kl.target with the adaptive controller), raise optim.lr, or run more rl.iterations."
     ),
     "kl_drifting": (
         "The policy is drifting far from SFT (ref. 003: KL > 10 -> 'increase beta or reduce LR'). "
@@ -26,7 +26,7 @@ FIXES = {
     ),
     "entropy_collapse": (
         "Policy entropy is collapsing: mode collapse (ref. 004: 'policy entropy too low -> add entropy "
-        "regularization, lower LR'). Set ppo.entropy_coef > 0, lower optim.lr, raise kl.coef."
+        "regularization, lower LR'). Set rl.entropy_coef > 0, lower optim.lr, raise kl.coef."
     ),
     "value_loss_exploding": (
         "The critic's loss is exploding; actor updates become unstable with it (ref. 004; ref. 003 "
@@ -35,13 +35,13 @@ FIXES = {
     ),
     "clipfrac_zero": (
         "Almost no token hits the PPO clip: updates are tiny (ref. 004: clip fraction 'approaching 0' "
-        "is a danger signal). Raise optim.lr or ppo.epochs; check the actor is being trained "
+        "is a danger signal). Raise optim.lr or rl.epochs; check the actor is being trained "
         "(ppo/actor_trained, ppo.critic_warmup_iters)."
     ),
     "clipfrac_high": (
         "A large share of tokens is clipped every iteration: updates are too aggressive (ref. 004: "
-        "'persistently very high'). Lower optim.lr, use fewer ppo.epochs or larger minibatches, "
-        "or set ppo.target_approx_kl to stop epochs early."
+        "'persistently very high'). Lower optim.lr, use fewer rl.epochs or larger minibatches, "
+        "or set rl.target_approx_kl to stop epochs early."
     ),
     "eos_collapse": (
         "Responses stop ending: they run into the length cap (ref. 004: 'responses keep getting "

@@ -72,10 +72,10 @@ def iterate_demo(out: Path, demo: Path, rounds: int, pairs_per_round: int, label
                  seed: int = 0, overrides: dict | None = None, say=print, serve_page=None) -> dict:
     """Run ``rounds`` rounds on the demo task from ``demo``'s SFT model; write ``out/iterate.json``.
     ``labeller`` None means people label on the page (``serve_page(store)`` starts it)."""
-    from tether.config import PPOConfig, RewardModelConfig, load_config
+    from tether.config import RLConfig, RewardModelConfig, load_config
     from tether.demo import preset, probe_margins
     from tether.feedback.pairs import PairSpec, sample_pairs
-    from tether.loops.ppo import run_ppo
+    from tether.loops.rl_run import run_rl
     from tether.objectives.reward_model import run_reward_model
     from tether.metrics.logger import read_metrics
     from tether.models import load_scalar_model, load_tokenizer
@@ -114,12 +114,12 @@ def iterate_demo(out: Path, demo: Path, rounds: int, pairs_per_round: int, label
             f"data.eval={task / 'prefs_eval.jsonl'}", *common, *overrides.get("rm", [])])
         say(f"round {r}: reward model on {n_train} pairs")
         rm = run_reward_model(rm_cfg)
-        ppo_cfg = load_config(PPOConfig, preset(DEFAULT_ALGORITHM), [
+        ppo_cfg = load_config(RLConfig, preset(DEFAULT_ALGORITHM), [
             f"run.out={here / DEFAULT_ALGORITHM}", f"model.name_or_path={demo / 'sft'}", f"prompts={task / 'ppo_prompts.jsonl'}",
             f"reward.models=[{here / 'rm'}]", f"eval.prompts={task / 'eval_prompts.jsonl'}", *common,
             *overrides.get(DEFAULT_ALGORITHM, [])])
         say(f"round {r}: PPO from SFT with this reward model")
-        run_ppo(ppo_cfg)
+        run_rl(ppo_cfg)
         last = [row for row in read_metrics(here / DEFAULT_ALGORITHM / "metrics.jsonl") if "eval/gold_score" in row][-1]
         probes = probe_margins(load_scalar_model(str(here / "rm"), tokenizer), tokenizer, task / "probes.jsonl")
         table.append({"round": r, "pairs": len(rows), "verdicts": verdicts, "rm_train_pairs": n_train,

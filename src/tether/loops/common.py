@@ -67,10 +67,10 @@ def check_data_parallel(cfg, stage: str) -> None:
         return
     algorithm = stage_spec(stage).algorithm
     if algorithm is not None:
-        p = cfg.ppo
+        p = cfg.rl
         episodes = "rollout.batch_size" if cfg.samples_per_prompt == 1 else "rollout.batch_size x group.size"
-        sizes = {episodes: cfg.episodes, "ppo.minibatch_size": p.minibatch_size,
-                 "ppo.minibatch_size / ppo.grad_accum_steps": p.minibatch_size // p.grad_accum_steps}
+        sizes = {episodes: cfg.episodes, "rl.minibatch_size": p.minibatch_size,
+                 "rl.minibatch_size / rl.grad_accum_steps": p.minibatch_size // p.grad_accum_steps}
         strategies = {cfg.distributed.strategy, cfg.critic.strategy or cfg.distributed.strategy}
     else:
         o = cfg.optim
@@ -82,11 +82,11 @@ def check_data_parallel(cfg, stage: str) -> None:
                 f"Config key '{key}' = {value} does not divide by the world size {world} (torchrun's processes): "
                 f"each rank takes an equal share of every batch; expected a multiple of {world}.")
     if algorithm is not None and algorithm_spec(algorithm).whole_groups:
-        micro, g = cfg.ppo.minibatch_size // cfg.ppo.grad_accum_steps, cfg.samples_per_prompt
+        micro, g = cfg.rl.minibatch_size // cfg.rl.grad_accum_steps, cfg.samples_per_prompt
         if (micro // world) % g:
             raise ConfigError(
-                f"Config key 'ppo.minibatch_size' = {cfg.ppo.minibatch_size}: {cfg.algorithm} compares each prompt's "
-                f"responses, so each rank's share of a micro-batch (ppo.minibatch_size / ppo.grad_accum_steps / world "
+                f"Config key 'rl.minibatch_size' = {cfg.rl.minibatch_size}: {cfg.algorithm} compares each prompt's "
+                f"responses, so each rank's share of a micro-batch (rl.minibatch_size / rl.grad_accum_steps / world "
                 f"size = {micro} / {world}) must hold whole groups of group.size = {g}.")
     if "fsdp" in strategies and cfg.run.precision == "fp16":
         raise ConfigError("Config key 'run.precision' = 'fp16' with distributed.strategy (or critic.strategy) = "

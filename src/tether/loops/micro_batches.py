@@ -1,5 +1,5 @@
 """Micro-batches by token budget: a batch's rows binned by length so each micro-batch holds at
-most ``budget`` tokens (``optim.micro_batch_tokens``, ``ppo.micro_batch_tokens``).
+most ``budget`` tokens (``optim.micro_batch_tokens``, ``rl.micro_batch_tokens``).
 
 A row count per micro-batch (``grad_accum_steps``) sizes memory for the longest rows and wastes
 it on short ones; a token budget keeps every micro-batch's activations about the same size

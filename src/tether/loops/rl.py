@@ -2,7 +2,7 @@
 
 One iteration (Ziegler et al. 2019; Ouyang et al. 2022; Stiennon et al. 2020): sample →
 log-probs under actor and reference → values → score → the algorithm's advantages →
-``ppo.epochs`` passes of shuffled minibatches through the roles' updates → KL-controller update.
+``rl.epochs`` passes of shuffled minibatches through the roles' updates → KL-controller update.
 
 The loop owns control only. Every piece of compute is a role call through a placement
 (:mod:`tether.placement`): the loop holds role proxies, never a model, and never imports Ray or
@@ -160,17 +160,17 @@ class RLTrainer:
         return exp, stats
 
     def update(self, exp: Experience) -> dict:
-        """``ppo.epochs`` passes of shuffled minibatches; each epoch's actor and critic updates are
+        """``rl.epochs`` passes of shuffled minibatches; each epoch's actor and critic updates are
         submitted together (the placement decides whether they overlap)."""
-        p, cfg = self.cfg.ppo, self.cfg
-        actor_on = self.iteration >= p.critic_warmup_iters
+        p, cfg = self.cfg.rl, self.cfg
+        actor_on = self.iteration >= cfg.ppo.critic_warmup_iters
         # The minibatch order is the same on every rank (rank 0's seed): each trains on its slice of each.
         generator = torch.Generator().manual_seed(rank_seed(cfg.run.seed, self.iteration, 0) + 1)
         where = f"iteration {self.iteration + 1}"
         actor_loss, critic_loss = self.algo.actor_loss(self.kl_ctl.value), self.algo.critic_loss()
         steps: list[dict] = []
         early_stop = False
-        # ppo.micro_batch_tokens: each minibatch binned by its rows' real tokens (prompt + response).
+        # rl.micro_batch_tokens: each minibatch binned by its rows' real tokens (prompt + response).
         tokens = None if p.micro_batch_tokens is None else exp.rollout.attention_mask.sum(1).tolist()
         for epoch in range(p.epochs):
             order = minibatch_order(len(exp), self.algo.samples_per_prompt if self.whole_groups else 1, generator)
@@ -269,6 +269,6 @@ class RLTrainer:
         if ok:
             return
         text = f"Invariant broken at iteration {self.iteration + 1}: {message}"
-        if self.cfg.ppo.on_invariant == "error":
+        if self.cfg.rl.on_invariant == "error":
             raise TrainingError(text)
         warnings.warn(text, stacklevel=2)

@@ -1,4 +1,5 @@
-"""An RL stage around :class:`~tether.loops.rl.RLTrainer`, as a body of the stage skeleton
+"""An RL stage (every algorithm of :mod:`tether.algorithms`, PPO the default) around
+:class:`~tether.loops.rl.RLTrainer`, as a body of the stage skeleton
 (:func:`tether.loops.stage.run_stage`, which owns the run's start, the run directory and the final
 saves): the roles placed, the prompts, then the iterations with resume, metrics and samples,
 held-out evaluation, health alarms and checkpoints.
@@ -14,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.algorithms import algorithm
+from tether.config import RLConfig
 from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_jsonl, truncate_metrics
 from tether.eval.health import HealthMonitor, append_alarms
@@ -25,7 +28,7 @@ from tether.distributed import broadcast_object
 from tether.placement import make_placement
 from tether.loops.stage import Final, Started, run_stage
 from tether.runtime import is_main
-from tether.runs import fault_point
+from tether.runs import fault_point, guarded_run
 from tether.types import Experience
 
 SAMPLES_PER_LOG = 4
@@ -82,19 +85,19 @@ class RLBody:
         monitor = HealthMonitor(cfg.health, echo=tqdm_write)
         if checkpoint is not None:
             _restore(out, checkpoint, stage, trainer, monitor)
-        announce_resume(checkpoint, trainer.iteration, cfg.ppo.iterations)
+        announce_resume(checkpoint, trainer.iteration, cfg.rl.iterations)
         logger = MetricsLogger(out, stage)
         if checkpoint is None:
             logger.log(0, {"data/prompts": len(prompts.ids), "data/dropped_long": prompts.dropped_long})
         samples = JsonlWriter(out / "samples.jsonl")
-        bar = progress(cfg.ppo.iterations, stage, cfg.run.progress)
+        bar = progress(cfg.rl.iterations, stage, cfg.run.progress)
         bar.update(trainer.iteration)
         history, t0 = [], time.perf_counter()
-        while trainer.iteration < cfg.ppo.iterations:
+        while trainer.iteration < cfg.rl.iterations:
             fault_point("iteration")
             stats = trainer.step()
             it = trainer.iteration
-            last = it == cfg.ppo.iterations
+            last = it == cfg.rl.iterations
             if evaluator is not None and (last or (cfg.eval.every and it % cfg.eval.every == 0)):
                 t_eval = time.perf_counter()
                 if trainer.pipeline is not None:  # an engine the sampler drives is free once it is idle
@@ -135,13 +138,24 @@ class RLBody:
         return result, finals
 
 
-def run_rl(cfg, algorithm, stage: str = DEFAULT_ALGORITHM, on_iteration=None, resume: bool = False) -> dict:
-    """Run ``algorithm`` on ``cfg``; save the final policy at ``run.out`` (critic in ``run.out/critic``).
+@guarded_run
+def run_rl(cfg: RLConfig, on_iteration=None, resume: bool = False) -> dict:
+    """Run ``cfg.algorithm`` (PPO by default; :mod:`tether.algorithms`); save the final policy at
+    ``run.out`` (a critic in ``run.out/critic``). The run directory's stage is the algorithm's name.
 
     ``resume``: continue from the newest complete checkpoint in ``run.out`` (if any).
     ``on_iteration(iteration, stats, trainer)`` is called after every iteration.
     """
-    return run_stage(cfg, RLBody(algorithm, stage, on_iteration), resume)
+    return run_stage(cfg, RLBody(algorithm(cfg.algorithm, cfg), cfg.algorithm, on_iteration), resume)
+
+
+def rl_trainer(cfg: RLConfig, roles, prompts) -> RLTrainer:
+    """A trainer of ``cfg.algorithm`` over roles built in memory (:func:`tether.roles.build.make_roles`),
+    placed in this process (or, under torchrun, on every rank): what the benchmark and the tests
+    drive iteration by iteration."""
+    from tether.placement import place_roles
+
+    return RLTrainer(cfg, place_roles(cfg, roles), prompts, algorithm(cfg.algorithm, cfg))
 
 
 def _trained(trainer: RLTrainer) -> dict:

@@ -11,7 +11,7 @@ import torch
 
 from tether.algos import AdaptiveKLController, FixedKLController, RunningMoments
 from tether.algos.reward_terms import combine_terms, term_means
-from tether.config import PPOConfig
+from tether.config import RLConfig
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
 from tether.errors import DataError
 from tether.loops.common import LengthLimit, fit_to_context, notice
@@ -51,19 +51,19 @@ def load_prompt_set(source: str, split: str, tokenizer, chat_template: str, max_
     return PromptSet(ids, texts, dropped)
 
 
-def prompt_limit(cfg: PPOConfig, contexts: dict[str, int | None]) -> LengthLimit:
+def prompt_limit(cfg: RLConfig, contexts: dict[str, int | None]) -> LengthLimit:
     """rollout.max_prompt_length, capped so that a prompt and rollout.max_new_tokens fit every
     model (``contexts``: model name -> context length, from the roles)."""
     return fit_to_context(cfg.rollout.max_prompt_length, "rollout.max_prompt_length", contexts,
                           cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
 
 
-def sampling_params(cfg: PPOConfig) -> SamplingParams:
+def sampling_params(cfg: RLConfig) -> SamplingParams:
     r = cfg.rollout
     return SamplingParams(r.max_new_tokens, r.min_new_tokens, r.temperature, r.top_k, r.top_p)
 
 
-def kl_controller(cfg: PPOConfig):
+def kl_controller(cfg: RLConfig):
     k = cfg.kl
     if k.controller == "adaptive":
         return AdaptiveKLController(k.coef, k.target, k.horizon)
@@ -99,7 +99,7 @@ class ScoreNormalizer:
         self.moments.load_state_dict(state["moments"])
 
 
-def score_rollout(reward, rollout, cfg: PPOConfig, device) -> tuple[torch.Tensor, dict[str, float]]:
+def score_rollout(reward, rollout, cfg: RLConfig, device) -> tuple[torch.Tensor, dict[str, float]]:
     """The reward role's (B,) raw scores of ``rollout`` in float32 on ``device``: every source answers
     its terms' scores ((B, T) from one ``score_terms`` call; one term for a single source), weighed
     here; with ``reward.terms``, each term's batch mean ``reward/<name>`` too."""
@@ -109,7 +109,7 @@ def score_rollout(reward, rollout, cfg: PPOConfig, device) -> tuple[torch.Tensor
     return combine_terms(per_term, weights).to(device), logged
 
 
-def shape_scores(raw: torch.Tensor, ended: torch.Tensor, normalize: "ScoreNormalizer", cfg: PPOConfig) -> torch.Tensor:
+def shape_scores(raw: torch.Tensor, ended: torch.Tensor, normalize: "ScoreNormalizer", cfg: RLConfig) -> torch.Tensor:
     """(B,) raw scores -> the scores PPO uses: normalised, the EOS penalty, clipped."""
     score = normalize(raw.float())
     if cfg.reward.eos_penalty is not None:
@@ -120,7 +120,7 @@ def shape_scores(raw: torch.Tensor, ended: torch.Tensor, normalize: "ScoreNormal
     return score
 
 
-def build_evaluator(cfg: PPOConfig, tokenizer, max_length: LengthLimit | None = None):
+def build_evaluator(cfg: RLConfig, tokenizer, max_length: LengthLimit | None = None):
     """The held-out evaluator of ``cfg.eval`` (None when no prompts are configured)."""
     from tether.eval.held_out import HeldOutEvaluator
 

@@ -158,7 +158,7 @@ def _trimmed(model, keep):
 
 
 def run_in_full(model) -> None:
-    """Never trim ``model``'s last layer (``ppo.trim_last_layer=false``)."""
+    """Never trim ``model``'s last layer (``rl.trim_last_layer=false``)."""
     state_of(model).last_layer = False
 
 

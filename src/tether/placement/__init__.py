@@ -18,11 +18,11 @@ log = logging.getLogger(__name__)
 def local_placement(cfg, roles) -> LocalPlacement:
     """The roles of ``roles`` (:class:`tether.roles.build.Roles`) in this process. The actor's and
     the critic's updates run side by side when ``cpu.parallel_roles`` is on and they run on a CPU
-    (two threads compiling at once deadlocked in dynamo: not with ``ppo.compile``)."""
+    (two threads compiling at once deadlocked in dynamo: not with ``rl.compile``)."""
     on_cpu = roles.actor.engine.device.type == "cpu"
     parallel = cfg.cpu.parallel_roles and on_cpu and world_size() == 1
-    if parallel and cfg.ppo.compile:
-        log.warning("ppo.compile is on: the actor's and the critic's update passes run one after the "
+    if parallel and cfg.rl.compile:
+        log.warning("rl.compile is on: the actor's and the critic's update passes run one after the "
                     "other (cpu.parallel_roles ignored; torch.compile in two threads at once can deadlock).")
         parallel = False
     return LocalPlacement(roles.placed(), parallel=parallel)

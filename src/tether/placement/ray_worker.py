@@ -43,7 +43,7 @@ class RoleWorker:
                 "node_id": ray.get_runtime_context().get_node_id()}
 
     def build(self, cfg_dict: dict, checkpoint: str | None, threads: int, master: tuple[str, int] | None,
-              config_class: str = "tether.config:PPOConfig", build: str = "tether.roles.build:build_roles") -> dict:
+              config_class: str = "tether.config:RLConfig", build: str = "tether.roles.build:build_roles") -> dict:
         """Join the group's process group (several workers), build the roles with ``build``
         ('module:function', called as ``build(cfg, checkpoint, needed=group)``) from a config of
         ``config_class``; returns what the driver needs: each model's context length, the placed

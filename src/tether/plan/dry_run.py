@@ -276,7 +276,7 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
     for line in inputs.role_lines:
         plan.add("roles", line)
     _placement(plan, cfg)
-    p, world = cfg.ppo, _world()
+    p, world = cfg.rl, _world()
     episodes = cfg.episodes
     per_prompt = f" x {cfg.samples_per_prompt} responses" if cfg.samples_per_prompt > 1 else ""
     plan.add("batches", f"rollout: {cfg.rollout.batch_size} prompts{per_prompt} = {episodes} episodes per iteration, "
@@ -297,7 +297,7 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
     _peak(plan, inputs.actor_config, inputs.role_sizes, Workload(
         stage, micro_batch=max(1, micro), batch=max(1, episodes // world), prompt=prompt,
         response=cfg.rollout.max_new_tokens, precision=cfg.run.precision, dtype=cfg.model.dtype,
-        grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.ppo.entropy_coef > 0,
+        grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.rl.entropy_coef > 0,
         parallel_roles=bool(getattr(cfg.cpu, "parallel_roles", False)) and settings_device(cfg) == "cpu",
         retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)) and settings_device(cfg) == "cpu",
         captured_logprobs=captured_logprobs(cfg.rollout), decode_copy=_decode_copy(cfg)))

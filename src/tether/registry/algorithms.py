@@ -27,7 +27,7 @@ class AlgorithmSpec:
     """One RL algorithm on the shared roles.
 
     ``target``: the class (``"module:Class"`` or the class); its constructor takes the resolved
-    :class:`~tether.config.PPOConfig`. ``title``: its name in prose and charts. ``summary``: the
+    :class:`~tether.config.RLConfig`. ``title``: its name in prose and charts. ``summary``: the
     command's one-line help. ``purpose``: what a model trained with it is, for its model card.
     ``needs_critic``: whether it trains a value model (the critic role and its keys exist only
     then). ``default_group_size`` / ``min_group_size``: responses sampled per prompt when
@@ -123,12 +123,12 @@ register_algorithm(AlgorithmSpec(
     "grpo", "tether.algorithms.grpo:GRPO", "GRPO",
     summary="GRPO: a group of responses per prompt, the group's mean reward as baseline; no critic.",
     purpose="GRPO against a reward model (group-mean baseline, no critic)",
-    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("ppo.gamma",)))
+    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("rl.gamma",)))
 register_algorithm(AlgorithmSpec(
     "rloo", "tether.algorithms.rloo:RLOO", "RLOO",
     summary="RLOO: k responses per prompt, each one's baseline the others' mean reward; no critic.",
     purpose="RLOO against a reward model (leave-one-out baseline, no critic)",
-    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("ppo.gamma", "group.scale_by_std"),
+    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("rl.gamma", "group.scale_by_std"),
     policy_loss=("sequence_product", "sequence_mean")))  # the paper's estimator: one ratio and one loss per response
 register_algorithm(AlgorithmSpec(
     "reinforce_pp", "tether.algorithms.reinforce_pp:ReinforcePP", "REINFORCE++",
@@ -140,13 +140,13 @@ register_algorithm(AlgorithmSpec(
     summary="Online DPO: the best and worst of k samples per prompt, ranked by the reward, as a DPO pair.",
     purpose="online (iterative) DPO on its own samples ranked by a reward, against the reference (beta = kl.coef)",
     needs_critic=False, default_group_size=2, min_group_size=2, whole_groups=True,
-    inert_keys=("ppo.gamma", "group.scale_by_std", "policy_loss", "kl.placement", "kl.estimator", "ppo.clip",
-                "ppo.entropy_coef", "ppo.micro_batch_tokens", "rollout.is_correction")))
+    inert_keys=("rl.gamma", "group.scale_by_std", "policy_loss", "kl.placement", "kl.estimator", "rl.clip",
+                "rl.entropy_coef", "rl.micro_batch_tokens", "rollout.is_correction")))
 register_algorithm(AlgorithmSpec(
     "rs", "tether.algorithms.rejection_sampling:RejectionSampling", "Rejection sampling",
     summary="Rejection sampling: fine-tune on the best of N samples per prompt, scored by the reward.",
     purpose="rejection-sampling fine-tuning (best-of-N samples of the policy, scored by a reward, as SFT targets)",
     needs_critic=False, default_group_size=4, min_group_size=2, config_block="selection",
-    inert_keys=("ppo.gamma", "group.scale_by_std", "policy_loss", "ppo.clip", "ppo.entropy_coef",
+    inert_keys=("rl.gamma", "group.scale_by_std", "policy_loss", "rl.clip", "rl.entropy_coef",
                 "rollout.is_correction")))
 _BUILT_IN.update(ALGORITHMS)

@@ -21,9 +21,9 @@ from tether.targets import import_callable
 SUPERVISED_CARD_KEYS = ("optim.lr", "optim.batch_size", "optim.grad_accum_steps", "optim.schedule",
                         "optim.warmup_steps", "epochs", "max_steps", "data.max_length")
 #: The settings an RL stage's model card shows.
-RL_CARD_KEYS = ("algorithm", "ppo.iterations", "rollout.batch_size", "group.size", "rollout.max_prompt_length",
+RL_CARD_KEYS = ("algorithm", "rl.iterations", "rollout.batch_size", "group.size", "rollout.max_prompt_length",
                 "rollout.max_new_tokens", "rollout.temperature", "kl.coef", "kl.controller", "kl.estimator",
-                "kl.placement", "ppo.epochs", "ppo.minibatch_size", "ppo.clip", "optim.lr", "reward.models",
+                "kl.placement", "rl.epochs", "rl.minibatch_size", "rl.clip", "optim.lr", "reward.models",
                 "reward.terms")
 #: What an update step of a supervised stage does, for the dry run's peak lines.
 TRAIN_STEP = "forward + backward + AdamW"
@@ -203,7 +203,7 @@ def compared_preference_stages() -> tuple[str, ...]:
 def rl_stage(name: str) -> StageSpec:
     """The stage of the registered algorithm ``name``."""
     spec = ALGORITHMS[name]
-    return StageSpec(name, "tether.config:PPOConfig", "tether.loops.ppo:run_ppo", spec.summary, name,
+    return StageSpec(name, "tether.config:RLConfig", "tether.loops.rl_run:run_rl", spec.summary, name,
                      plan="tether.plan.dry_run:plan_rl", algorithm=name, title=spec.title, purpose=spec.purpose,
                      card_keys=RL_CARD_KEYS,
                      phases={"rollout": "generation", "logprobs": "old and reference log-probs, values, scores",

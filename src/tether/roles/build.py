@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from tether.config import PPOConfig
+from tether.config import RLConfig
 from tether.engines import (
     AdapterOffEngine,
     EngineSettings,
@@ -66,12 +66,12 @@ class Roles:
         return {name: role for name, role in named.items() if role is not None}
 
 
-def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAMES) -> Roles:
+def build_roles(cfg: RLConfig, checkpoint: Path | None = None, needed=ROLE_NAMES) -> Roles:
     """Load the roles' models; with ``checkpoint`` the actor and critic come from it (resume: the
     full models, or the adapters on their bases under LoRA). ``needed``: build only these roles
     (a group of :func:`tether.roles.groups.role_groups`; the rollout engine comes with the actor)."""
     needed = set(needed) & set(role_names(cfg))
-    settings = engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
+    settings = engine_settings(cfg, cfg.rl.compile_mode if cfg.rl.compile else False)
     policy_path = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
@@ -110,17 +110,17 @@ def build_roles(cfg: PPOConfig, checkpoint: Path | None = None, needed=ROLE_NAME
     return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer, settings, adapters, needed)
 
 
-def optimizer_specs(cfg: PPOConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
+def optimizer_specs(cfg: RLConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
     """The actor's and the critic's AdamW and schedule, from their ``optim`` blocks, over the
     run's optimiser steps (a shared-trunk value head: the critic's learning rate in the actor's)."""
-    p = cfg.ppo
+    p = cfg.rl
     total = p.iterations * p.epochs * (cfg.episodes // p.minibatch_size)
     groups = (("value_head", cfg.critic.optim.lr),) if cfg.critic.shared_trunk else ()
     return (OptimizerSpec.from_block(cfg.optim, total, p.fused_optimizer, groups),
             OptimizerSpec.from_block(cfg.critic.optim, total, p.fused_optimizer))
 
 
-def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, reward, tokenizer,
+def make_roles(cfg: RLConfig, actor_model, reference_model, critic_model, reward, tokenizer,
                settings: EngineSettings | None = None, adapters: dict | None = None, needed=ROLE_NAMES) -> Roles:
     """The roles over loaded models; ``reward`` is a :class:`RewardSource` or a scalar-head model.
 
@@ -131,7 +131,7 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     ``needed``: the roles to make (a group of :func:`tether.roles.groups.role_groups`); the others are None.
     """
     needed = set(needed)
-    settings = settings or engine_settings(cfg, cfg.ppo.compile_mode if cfg.ppo.compile else False)
+    settings = settings or engine_settings(cfg, cfg.rl.compile_mode if cfg.rl.compile else False)
     adapters = adapters or {}
     if isinstance(reward, torch.nn.Module):
         reward = ModelReward(InferenceEngine(reward, settings.device, settings.precision))
@@ -147,7 +147,7 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
         raise ValueError("reference_model None needs LoRA on the actor (lora.r > 0): the reference is its base")
     trunks = [*([actor_model] if has_actor else []), *([reference_model] if reference_model is not None else []),
               *(m.model for m in _reward_members(reward)), *([critic_model] if has_critic else [])]
-    if not cfg.ppo.trim_last_layer:
+    if not cfg.rl.trim_last_layer:
         for model in trunks:
             last_layer.run_in_full(model)
     prepared = prepare_models(trunks, settings)
@@ -173,7 +173,7 @@ def make_roles(cfg: PPOConfig, actor_model, reference_model, critic_model, rewar
     return Roles(actor, reference, critic, reward, rollout, tokenizer, contexts, prepared.linear_backend, sampler)
 
 
-def _actor_roles(cfg: PPOConfig, actor_model, head, tokenizer, settings: EngineSettings, prepared, adapter,
+def _actor_roles(cfg: RLConfig, actor_model, head, tokenizer, settings: EngineSettings, prepared, adapter,
                  contexts: dict):
     """(the actor, the shared-trunk critic or None, the generation engine over the actor, the actor's
     model as trained: the peft model under LoRA) from the prepared ``actor_model``; ``head``: the
@@ -194,7 +194,7 @@ def _actor_roles(cfg: PPOConfig, actor_model, head, tokenizer, settings: EngineS
     return actor, SharedTrunkCritic(actor) if shared else None, rollout, sampler, model
 
 
-def _sampler(cfg: PPOConfig, lm, actor: Actor, engine, tokenizer, settings: EngineSettings):
+def _sampler(cfg: RLConfig, lm, actor: Actor, engine, tokenizer, settings: EngineSettings):
     """The sampler of asynchronous RL (``rollout.max_staleness`` >= 1), synced from the actor (one
     per rank under torchrun, each sampling its rank's share): an engine that holds its own weights
     (vLLM) driven from a thread of its own; any other ``rollout.engine`` in a process of its own over
@@ -211,7 +211,7 @@ def _sampler(cfg: PPOConfig, lm, actor: Actor, engine, tokenizer, settings: Engi
     return RolloutWorker(spec, actor.sync_weights)
 
 
-def _critic_role(cfg: PPOConfig, critic_model, settings: EngineSettings, adapter, contexts: dict) -> Critic:
+def _critic_role(cfg: RLConfig, critic_model, settings: EngineSettings, adapter, contexts: dict) -> Critic:
     """A separate critic over the prepared scalar ``critic_model`` (under LoRA its engine's model is
     the peft model, whose base may serve as the reward model too)."""
     critic = Critic(build_trained(critic_model, optimizer_specs(cfg)[1], settings, lora=cfg.critic.lora,

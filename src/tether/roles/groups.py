@@ -5,18 +5,18 @@ per group here; the dry run prints their resources."""
 
 from __future__ import annotations
 
-from tether.config import PPOConfig
+from tether.config import RLConfig
 from tether.roles.sources import shares_reward_base
 
 ROLE_NAMES = ("actor", "reference", "critic", "reward")
 
 
-def role_names(cfg: PPOConfig) -> tuple[str, ...]:
+def role_names(cfg: RLConfig) -> tuple[str, ...]:
     """The roles ``cfg``'s algorithm runs: all four, or no critic (grpo, rloo, reinforce_pp)."""
     return ROLE_NAMES if cfg.needs_critic else tuple(n for n in ROLE_NAMES if n != "critic")
 
 
-def role_groups(cfg: PPOConfig, colocate: list[list[str]] = ()) -> list[tuple[str, ...]]:
+def role_groups(cfg: RLConfig, colocate: list[list[str]] = ()) -> list[tuple[str, ...]]:
     """The roles that must share a process, plus ``colocate``'s groups: the rollout engine samples
     from the actor's weights; a LoRA actor's base is the reference; a shared-trunk critic is a head
     on the actor; a LoRA critic's base is the reward model. Returns the groups (roles in

@@ -6,7 +6,7 @@ named, weighted terms (``reward.terms``)."""
 
 from __future__ import annotations
 
-from tether.config import PPOConfig
+from tether.config import RLConfig
 from tether.engines import EngineSettings, InferenceEngine
 from tether.errors import ModelError
 from tether.models import load_scalar_model, load_tokenizer
@@ -34,7 +34,7 @@ def check_reference_tokenizer(cfg, tokenizer) -> None:
         same_vocab(tokenizer, load_tokenizer(cfg.reference, key="reference"), f"reference '{cfg.reference}'")
 
 
-def token_id_readers(cfg: PPOConfig) -> list[tuple[str, str]]:
+def token_id_readers(cfg: RLConfig) -> list[tuple[str, str]]:
     """(checkpoint, config key) of every separate model of an RL run that reads the policy's token
     ids: the reference, each reward model (of reward.models or of a term) and the critic's
     critic.path. Its own source (the policy, or critic.init's reward model, listed already) needs none."""
@@ -47,7 +47,7 @@ def token_id_readers(cfg: PPOConfig) -> list[tuple[str, str]]:
     return readers
 
 
-def check_token_id_readers(cfg: PPOConfig, tokenizer) -> None:
+def check_token_id_readers(cfg: RLConfig, tokenizer) -> None:
     """Every model of :func:`token_id_readers` reads token ids as the policy's tokenizer writes them,
     checked from tokenizer and config files before any weight is read (the run and its dry run). A
     critic.path without tokenizer files is checked by its embedding's rows (:func:`_same_rows`)."""
@@ -59,7 +59,7 @@ def check_token_id_readers(cfg: PPOConfig, tokenizer) -> None:
         same_vocab(tokenizer, load_tokenizer(path, key=key), f"{what} '{path}' ({key})")
 
 
-def _same_rows(cfg: PPOConfig, path: str, key: str) -> None:
+def _same_rows(cfg: RLConfig, path: str, key: str) -> None:
     """A checkpoint without its tokenizer reads the policy's ids only if its embedding has the
     policy's rows (``vocab_size`` of both configs): one of another vocabulary has other rows."""
     from tether.models.loading import embedding_rows, load_model_config
@@ -76,7 +76,7 @@ def _same_rows(cfg: PPOConfig, path: str, key: str) -> None:
         )
 
 
-def critic_source(cfg: PPOConfig) -> tuple[str, str]:
+def critic_source(cfg: RLConfig) -> tuple[str, str]:
     """The checkpoint a separate critic starts from and the config key that names it:
     critic.path; else, with critic.init=reward, the first reward model (its head already predicts
     the final score: Ouyang et al. 2022, sec. 3.5; with reward.terms, the first model term's first);
@@ -88,7 +88,7 @@ def critic_source(cfg: PPOConfig) -> tuple[str, str]:
     return cfg.model.name_or_path, "model.name_or_path"
 
 
-def build_reward(cfg: PPOConfig, tokenizer, settings: EngineSettings) -> RewardSource:
+def build_reward(cfg: RLConfig, tokenizer, settings: EngineSettings) -> RewardSource:
     """The run's reward: the ``reward`` block's one source, or a composition of named, weighted terms
     (``reward.terms``); each source built by its kind's registry entry (:mod:`tether.registry.rewards`)."""
     if not cfg.reward.terms:
@@ -141,7 +141,7 @@ def build_regex_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSource
 SHARED_WITH_CRITIC = "the critic's base"  # make_roles' reward: the LoRA critic's base, adapters off
 
 
-def shares_reward_base(cfg: PPOConfig) -> bool:
+def shares_reward_base(cfg: RLConfig) -> bool:
     """The reward model is the LoRA critic's base with the adapters off: the critic starts from the
     one reward model (critic.init=reward, no critic.path) and trains adapters. Not with reward.terms
     (reward.models is then empty): a model term loads its own copy."""

@@ -16,4 +16,4 @@ register_algorithm(AlgorithmSpec(
     "bad_advantages", PerResponseAdvantages, "Per-response advantages (broken)",
     summary="A plugin whose advantages have the wrong shape.",
     purpose="a broken plugin algorithm (tests)",
-    needs_critic=False, inert_keys=("ppo.gamma", "group.scale_by_std")))
+    needs_critic=False, inert_keys=("rl.gamma", "group.scale_by_std")))

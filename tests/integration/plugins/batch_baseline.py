@@ -18,4 +18,4 @@ register_algorithm(AlgorithmSpec(
     "batch_baseline", BatchBaseline, "Batch-baseline PG",
     summary="Policy gradient with the batch's mean score as baseline; no critic.",
     purpose="a batch-baseline policy gradient against a reward (a plugin algorithm)",
-    needs_critic=False, inert_keys=("ppo.gamma", "group.scale_by_std")))
+    needs_critic=False, inert_keys=("rl.gamma", "group.scale_by_std")))

@@ -12,7 +12,7 @@ import torch
 
 from tether.algorithms import ALGORITHMS, algorithm
 from tether.algorithms.checks import check_experience, experience_of
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.errors import TrainingError
 from tether.types import Experience, Rollout
 
@@ -37,8 +37,8 @@ BUILT_IN = ("ppo", "grpo", "rloo", "reinforce_pp", "online_dpo", "rs")
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_every_built_in_algorithms_experience_passes(name):
     spec = ALGORITHMS[name]
-    cfg = load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", f"algorithm={name}",
-                                        "group.size=2", "rollout.batch_size=2", "ppo.minibatch_size=4"])
+    cfg = load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", f"algorithm={name}",
+                                        "group.size=2", "rollout.batch_size=2", "rl.minibatch_size=4"])
     algo = algorithm(name, cfg)
     exp, stats = experience_of(algo, name, rollout(), *inputs(spec.needs_critic))
     assert isinstance(exp, Experience) and isinstance(stats, dict)

@@ -10,7 +10,7 @@ import torch
 from tether.algorithms import algorithm
 from tether.algorithms.online_dpo import PairedDPOLoss, PairedExperience, pair_sums
 from tether.algorithms.rejection_sampling import WinnerNLLLoss, winner_nll
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.errors import ConfigError, TrainingError
 from tether.roles.policy import PolicyOutput
 from tether.types import Experience, Rollout
@@ -19,8 +19,8 @@ NAME_PAIRS, NAME_RS = "online_" + "dpo", "r" + "s"  # the registry spells the na
 
 
 def cfg(name, *extra):
-    return load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
-                                         f"algorithm={name}", "rollout.batch_size=2", "ppo.minibatch_size=4", *extra])
+    return load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
+                                         f"algorithm={name}", "rollout.batch_size=2", "rl.minibatch_size=4", *extra])
 
 
 def two_rows(mask) -> Rollout:
@@ -125,6 +125,6 @@ def test_selection_block_is_rejection_samplings_only():
 
 def test_online_dpo_micro_batches_hold_whole_groups():
     with pytest.raises(ConfigError, match="whole groups"):
-        cfg(NAME_PAIRS, "group.size=4", "rollout.batch_size=4", "ppo.minibatch_size=8", "ppo.grad_accum_steps=4")
+        cfg(NAME_PAIRS, "group.size=4", "rollout.batch_size=4", "rl.minibatch_size=8", "rl.grad_accum_steps=4")
     with pytest.raises(ConfigError, match="kl.placement"):
         cfg(NAME_PAIRS, "kl.placement=loss")

@@ -7,13 +7,13 @@ import torch
 
 from tether.algorithms import ALGORITHMS, algorithm
 from tether.algorithms.ppo import PPO, PPOActorLoss, PPOCriticLoss
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.roles.policy import PolicyOutput
 from tether.types import Experience, Rollout
 
 
 def cfg(*extra):
-    return load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", "ppo.gamma=1",
+    return load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", "rl.gamma=1",
                                          "ppo.lam=1", "ppo.whiten_advantages=false", *extra])
 
 

@@ -40,7 +40,7 @@ from tether.algos.group import (
     reinforce_pp_advantages,
     sequence_kl_penalty,
 )
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.roles.policy import PolicyOutput
 from tether.types import Experience, Rollout
 
@@ -167,8 +167,8 @@ def test_clipped_loss_at_every_aggregation_and_ratio_level(how, level, kind):
                                          (ReinforcePP, ("algorithm=reinforce_pp", "rollout.batch_size=4"))])
 @pytest.mark.parametrize("placement", ["reward", "loss"])
 def test_experience_of_every_algorithm(algo, extra, placement):
-    cfg = load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
-                                        "ppo.minibatch_size=4", f"kl.placement={placement}", *extra])
+    cfg = load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
+                                        "rl.minibatch_size=4", f"kl.placement={placement}", *extra])
     scores = torch.tensor([1.0, -1.0, 0.5, 0.0])
 
     def run(x):

@@ -12,7 +12,7 @@ from tether.config import (
     DPOConfig,
     KTOConfig,
     ORPOConfig,
-    PPOConfig,
+    RLConfig,
     RewardModelConfig,
     SFTConfig,
     SimPOConfig,
@@ -29,7 +29,7 @@ from tether.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "configs" / "demo"
 REFERENCE_PPO = ROOT / "configs" / "reference" / "ppo.yaml"
-STAGES = [SFTConfig, RewardModelConfig, PPOConfig, DPOConfig, SimPOConfig, ORPOConfig, KTOConfig]
+STAGES = [SFTConfig, RewardModelConfig, RLConfig, DPOConfig, SimPOConfig, ORPOConfig, KTOConfig]
 
 SFT_MIN = ["model.name_or_path=m", "data.train=t.jsonl"]
 PPO_MIN = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]
@@ -40,7 +40,7 @@ def sft(*overrides, path=None):
 
 
 def ppo(*overrides, path=None):
-    return load_config(PPOConfig, path, [*PPO_MIN, *overrides])
+    return load_config(RLConfig, path, [*PPO_MIN, *overrides])
 
 
 def error_of(fn, *args, **kwargs) -> str:
@@ -152,7 +152,7 @@ def test_section_given_a_scalar_is_an_error():
 def test_required_fields_are_reported():
     assert "model.name_or_path" in error_of(load_config, SFTConfig, None, ["data.train=t"])
     assert "data.train" in error_of(load_config, SFTConfig, None, ["model.name_or_path=m"])
-    assert "reward" in error_of(load_config, PPOConfig, None, ["model.name_or_path=m", "prompts=p"])
+    assert "reward" in error_of(load_config, RLConfig, None, ["model.name_or_path=m", "prompts=p"])
 
 
 def test_reward_models_and_callable_are_exclusive():
@@ -174,14 +174,14 @@ def test_grad_accum_must_divide_batch():
 
 
 def test_ppo_minibatch_must_divide_rollout_batch():
-    msg = error_of(ppo, "rollout.batch_size=16", "ppo.minibatch_size=6")
-    assert "ppo.minibatch_size" in msg and "rollout.batch_size" in msg and "16" in msg
-    assert ppo("rollout.batch_size=16", "ppo.minibatch_size=8").ppo.minibatch_size == 8
+    msg = error_of(ppo, "rollout.batch_size=16", "rl.minibatch_size=6")
+    assert "rl.minibatch_size" in msg and "rollout.batch_size" in msg and "16" in msg
+    assert ppo("rollout.batch_size=16", "rl.minibatch_size=8").rl.minibatch_size == 8
 
 
 def test_ppo_grad_accum_must_divide_minibatch():
-    msg = error_of(ppo, "rollout.batch_size=16", "ppo.minibatch_size=8", "ppo.grad_accum_steps=3")
-    assert "ppo.grad_accum_steps" in msg and "ppo.minibatch_size" in msg
+    msg = error_of(ppo, "rollout.batch_size=16", "rl.minibatch_size=8", "rl.grad_accum_steps=3")
+    assert "rl.grad_accum_steps" in msg and "rl.minibatch_size" in msg
 
 
 # -- override parsing and precedence ------------------------------------------------------
@@ -251,8 +251,8 @@ def test_config_is_frozen_and_replace_revalidates():
 def test_save_then_load_round_trips(tmp_path):
     cfg = ppo("reward.models=[a,b]", "kl.controller=adaptive", "rollout.temperature=0.7")
     save_config(cfg, tmp_path / "c.yaml")
-    assert load_config(PPOConfig, tmp_path / "c.yaml") == cfg
-    assert to_dict(load_config(PPOConfig, tmp_path / "c.yaml")) == to_dict(cfg)
+    assert load_config(RLConfig, tmp_path / "c.yaml") == cfg
+    assert to_dict(load_config(RLConfig, tmp_path / "c.yaml")) == to_dict(cfg)
 
 
 # -- describe / help ----------------------------------------------------------------------
@@ -288,14 +288,14 @@ def test_every_section_has_help(cls):
 
 
 def test_describe_defaults_are_the_dataclass_defaults():
-    rows = {key: default for key, default, _ in describe(PPOConfig)}
+    rows = {key: default for key, default, _ in describe(RLConfig)}
     assert rows["kl.coef"] == repr(0.05)
     assert rows["reward.models"] == repr([])
     assert rows["ppo.value_clip"] == repr(0.2)
 
 
 def _valid(cls):
-    over = PPO_MIN if cls is PPOConfig else SFT_MIN  # the pair stages read data.train as SFT and the RM do
+    over = PPO_MIN if cls is RLConfig else SFT_MIN  # the pair stages read data.train as SFT and the RM do
     return load_config(cls, None, over)
 
 
@@ -312,7 +312,7 @@ def _flatten(d, prefix=""):
 
 # -- shipped presets ------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "name, cls", [("sft", SFTConfig), ("rm", RewardModelConfig), ("ppo", PPOConfig), ("dpo", DPOConfig),
+    "name, cls", [("sft", SFTConfig), ("rm", RewardModelConfig), ("ppo", RLConfig), ("dpo", DPOConfig),
                   ("simpo", SimPOConfig), ("orpo", ORPOConfig), ("kto", KTOConfig)]
 )
 def test_demo_presets_load(name, cls):
@@ -326,18 +326,18 @@ def test_demo_presets_load(name, cls):
 
 
 def test_reference_ppo_without_required_fields_is_a_clear_error():
-    msg = error_of(load_config, PPOConfig, REFERENCE_PPO)
+    msg = error_of(load_config, RLConfig, REFERENCE_PPO)
     assert "model.name_or_path" in msg and "empty" in msg
-    msg = error_of(load_config, PPOConfig, REFERENCE_PPO, ["model.name_or_path=sft"])
+    msg = error_of(load_config, RLConfig, REFERENCE_PPO, ["model.name_or_path=sft"])
     assert "reward.models" in msg
-    msg = error_of(load_config, PPOConfig, REFERENCE_PPO, ["model.name_or_path=sft", "reward.models=[rm]"])
+    msg = error_of(load_config, RLConfig, REFERENCE_PPO, ["model.name_or_path=sft", "reward.models=[rm]"])
     assert "prompts" in msg
 
 
 def test_reference_ppo_loads_with_overrides():
-    cfg = load_config(PPOConfig, REFERENCE_PPO, ["model.name_or_path=sft", "prompts=p", "reward.models=[rm]"])
+    cfg = load_config(RLConfig, REFERENCE_PPO, ["model.name_or_path=sft", "prompts=p", "reward.models=[rm]"])
     assert cfg.kl.coef == 0.05 and cfg.rollout.temperature == 0.7
-    assert cfg.ppo.minibatch_size == cfg.rollout.batch_size
+    assert cfg.rl.minibatch_size == cfg.rollout.batch_size
     assert cfg.reward.models == ["rm"] and cfg.critic.init == "reward"
 
 
@@ -348,11 +348,11 @@ def test_unknown_key_is_reported_before_bad_values():
 
 
 def test_ratio_tolerance_is_raised_to_bf16_rounding_level_only_under_autocast():
-    from tether.config import PPOConfig, load_config
+    from tether.config import RLConfig, load_config
 
-    fp32 = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.001"])
-    bf16 = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.001", "run.precision=bf16"])
-    loose = load_config(PPOConfig, None, [*PPO_MIN, "ppo.ratio_tolerance=0.3", "run.precision=bf16"])
+    fp32 = load_config(RLConfig, None, [*PPO_MIN, "rl.ratio_tolerance=0.001"])
+    bf16 = load_config(RLConfig, None, [*PPO_MIN, "rl.ratio_tolerance=0.001", "run.precision=bf16"])
+    loose = load_config(RLConfig, None, [*PPO_MIN, "rl.ratio_tolerance=0.3", "run.precision=bf16"])
     assert fp32.ratio_tolerance == 0.001
     assert bf16.ratio_tolerance == 0.1
     assert loose.ratio_tolerance == 0.3
@@ -368,7 +368,7 @@ def test_rebase_paths_makes_existing_relative_inputs_absolute(tmp_path):
     data = {"model": {"name_or_path": "Qwen/Qwen2.5-0.5B"}, "prompts": "task/prompts.jsonl",
             "reward": {"models": ["rm", "missing-rm"], "callable": None},
             "run": {"out": "runs/x"}, "eval": {"prompts": str(tmp_path / "task" / "prompts.jsonl")}}
-    out = rebase_paths(PPOConfig, data, tmp_path)
+    out = rebase_paths(RLConfig, data, tmp_path)
     assert out["prompts"] == str(tmp_path / "task" / "prompts.jsonl")
     assert out["reward"]["models"] == [str(tmp_path / "rm"), "missing-rm"]  # missing: left alone
     assert out["model"]["name_or_path"] == "Qwen/Qwen2.5-0.5B"  # a hub id: left alone
@@ -381,18 +381,18 @@ def test_moved_keys_keep_working_with_a_notice(caplog):
     """Keys that moved (CPU speedups into cpu:, bf16 into run.precision) still work."""
     base = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]
     with caplog.at_level("WARNING", logger="tether.config"):
-        cfg = load_config(PPOConfig, None, [*base, "ppo.autocast=bf16", "ppo.linear_backend=aten",
+        cfg = load_config(RLConfig, None, [*base, "ppo.autocast=bf16", "ppo.linear_backend=aten",
                                             "ppo.parallel_roles=false", "run.retain_memory=false",
                                             "ppo.balance_roles=false"])
     assert cfg.run.precision == "bf16" and cfg.cpu.linear_backend == "aten"
     assert cfg.cpu.parallel_roles is False and cfg.cpu.retain_memory is False
     assert "'ppo.autocast' is now 'run.precision'" in caplog.text
     assert "'ppo.balance_roles' was removed" in caplog.text
-    assert load_config(PPOConfig, None, [*base, "ppo.autocast=none"]).run.precision == "fp32"
+    assert load_config(RLConfig, None, [*base, "ppo.autocast=none"]).run.precision == "fp32"
     with pytest.raises(ConfigError, match="'ppo.autocast' \\(now 'run.precision'\\) = 'fp16'"):
-        load_config(PPOConfig, None, [*base, "ppo.autocast=fp16"])
+        load_config(RLConfig, None, [*base, "ppo.autocast=fp16"])
     with pytest.raises(ConfigError, match="moved to 'cpu.linear_backend', and both are given"):
-        load_config(PPOConfig, None, [*base, "ppo.linear_backend=aten", "cpu.linear_backend=onednn"])
+        load_config(RLConfig, None, [*base, "ppo.linear_backend=aten", "cpu.linear_backend=onednn"])
     sft = load_config(SFTConfig, None, ["model.name_or_path=m", "data.train=t.jsonl", "run.retain_memory=false"])
     assert sft.cpu.retain_memory is False
 
@@ -448,3 +448,38 @@ def test_engine_logprobs_belong_to_vllm_without_filters():
     for flt in ("rollout.top_k=5", "rollout.top_p=0.9"):
         with pytest.raises(ConfigError, match="filtered distribution"):
             ppo("rollout.engine=vllm", "rollout.use_engine_logprobs=true", flt)
+
+
+def test_the_loop_keys_moved_from_ppo_to_rl_keep_working_with_a_notice(caplog, tmp_path):
+    """The keys every RL algorithm reads moved from ppo: to rl:; ppo.KEY still sets rl.KEY from the
+    command line, a preset and the Python API, with one notice per key. PPO's own keys stay."""
+    from tether.api import resolve_config
+
+    base = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]
+    with caplog.at_level("WARNING", logger="tether.config"):
+        cfg = load_config(RLConfig, None, [*base, "ppo.iterations=3", "ppo.epochs=2", "ppo.clip=0.1",
+                                           "ppo.vf_coef=0.3"])
+    assert (cfg.rl.iterations, cfg.rl.epochs, cfg.rl.clip, cfg.ppo.vf_coef) == (3, 2, 0.1, 0.3)
+    assert "config key 'ppo.iterations' is now 'rl.iterations' (set to 3)." in caplog.text
+    assert "'ppo.vf_coef'" not in caplog.text
+    preset = tmp_path / "grpo.yaml"
+    preset.write_text("algorithm: grpo\nppo:\n  iterations: 5\n  minibatch_size: 16\n  gamma: 1.0\n")
+    grpo = load_config(RLConfig, preset, base)
+    assert (grpo.rl.iterations, grpo.rl.minibatch_size) == (5, 16)
+    api = resolve_config(RLConfig, {"model.name_or_path": "m", "prompts": "p.jsonl", "reward.models": ["r"],
+                                    "ppo.iterations": 4, "ppo": {"epochs": 1}})
+    assert (api.rl.iterations, api.rl.epochs) == (4, 1)
+    # An override wins over a preset's (or a config object's) other spelling of its key; one file, or
+    # the overrides, giving both spellings is an error.
+    assert load_config(RLConfig, preset, [*base, "rl.iterations=7"]).rl.iterations == 7
+    assert load_config(RLConfig, DEMO / "grpo.yaml", [*base, "ppo.iterations=3"]).rl.iterations == 3
+    assert resolve_config(RLConfig, api, {"ppo.iterations": 2}).rl.iterations == 2
+    assert replace(api, {"ppo.epochs": 3}).rl.epochs == 3
+    with pytest.raises(ConfigError, match="'ppo.iterations' moved to 'rl.iterations', and both are given"):
+        load_config(RLConfig, preset, [*base, "ppo.iterations=3", "rl.iterations=4"])
+    preset.write_text("ppo:\n  iterations: 5\nrl:\n  iterations: 4\n")
+    with pytest.raises(ConfigError, match="'ppo.iterations' moved to 'rl.iterations', and both are given"):
+        load_config(RLConfig, preset, base)
+    # A moved key's inert check names its new home.
+    with pytest.raises(ConfigError, match="Config key 'rl.gamma' = 0.9 is set with algorithm=grpo"):
+        load_config(RLConfig, None, [*base, "algorithm=grpo", "ppo.gamma=0.9"])

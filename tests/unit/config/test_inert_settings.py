@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tether.config import PPOConfig, SFTConfig, from_dict, load_config, to_dict
+from tether.config import RLConfig, SFTConfig, from_dict, load_config, to_dict
 from tether.errors import ConfigError
 
 from tests.unit.config.test_config import SFT_MIN, error_of, ppo, sft
@@ -37,7 +37,7 @@ INERT = [
      ["'placement.ray.roles.critic.num_cpus'", "trains no critic"]),
     (ppo, ["algorithm=rloo", "health.value_loss_explode_factor=5"], ["'health.value_loss_explode_factor'"]),
     (ppo, ["algorithm=rloo", "group.scale_by_std=false"], ["'group.scale_by_std'", "algorithm=rloo"]),
-    (ppo, ["algorithm=grpo", "ppo.gamma=0.99"], ["'ppo.gamma'", "algorithm=grpo"]),
+    (ppo, ["algorithm=grpo", "rl.gamma=0.99"], ["'rl.gamma'", "algorithm=grpo"]),
     (ppo, ["critic.shared_trunk=true", "critic.init=policy"], ["'critic.init'", "critic.shared_trunk=true"]),
     (ppo, ["critic.shared_trunk=true", "critic.strategy=fsdp"], ["'critic.strategy'", "critic.shared_trunk=true"]),
     (ppo, ["kl.target=3"], ["'kl.target' = 3.0", "kl.controller=fixed"]),
@@ -47,7 +47,7 @@ INERT = [
     (ppo, ["reward.api_key=k"], ["'reward.api_key'", "no reward.url"]),
     (ppo, ["eval.judge=m:f"], ["'eval.judge'", "no eval.prompts"]),
     (ppo, ["eval.every=5"], ["'eval.every'", "no eval.prompts"]),
-    (ppo, ["ppo.compile_mode=max-autotune"], ["'ppo.compile_mode'", "ppo.compile=false"]),
+    (ppo, ["rl.compile_mode=max-autotune"], ["'rl.compile_mode'", "rl.compile=false"]),
     (ppo, ["rollout.vllm.gpu_memory_utilization=0.5"], ["'rollout.vllm.gpu_memory_utilization'", "rollout.engine=lean"]),
     (ppo, ["rollout.engine=vllm", "rollout.capture_logprobs=false"], ["'rollout.capture_logprobs'", "use_engine_logprobs"]),
     (ppo, ["placement.ray.address=auto"], ["'placement.ray.address'", "placement.backend=local"]),
@@ -76,7 +76,7 @@ def test_a_setting_that_would_do_nothing_is_refused(stage, overrides, needles):
 
 @pytest.mark.parametrize("stage, overrides", [
     (ppo, ["critic.lora.r=4", "critic.lora.alpha=8"]),
-    (ppo, ["algorithm=reinforce_pp", "ppo.gamma=0.99"]),
+    (ppo, ["algorithm=reinforce_pp", "rl.gamma=0.99"]),
     (ppo, ["algorithm=grpo", "group.scale_by_std=false"]),
     (ppo, ["kl.controller=adaptive", "kl.target=3", "kl.horizon=500"]),
     (ppo, ["reward.models=[a,b]", "reward.combine=mean_minus_std", "reward.std_coef=2"]),
@@ -107,7 +107,7 @@ def test_needs_critic_is_the_algorithms_registry_entry():
 
     for name, spec in ALGORITHMS.items():
         overrides = [f"algorithm={name}", f"group.size={max(2, spec.min_group_size)}"]
-        assert ppo(*overrides, "ppo.minibatch_size=2", "rollout.batch_size=2").needs_critic is spec.needs_critic
+        assert ppo(*overrides, "rl.minibatch_size=2", "rollout.batch_size=2").needs_critic is spec.needs_critic
 
 
 def test_an_unregistered_algorithm_names_the_registered_ones():
@@ -121,7 +121,7 @@ def test_paths_may_be_path_objects(tmp_path):
     data = {"run": {"out": tmp_path / "run"}, "model": {"name_or_path": Path("m")}, "data": {"train": Path("t.jsonl")}}
     cfg = from_dict(SFTConfig, data)
     assert (cfg.run.out, cfg.model.name_or_path, cfg.data.train) == (str(tmp_path / "run"), "m", "t.jsonl")
-    cfg = from_dict(PPOConfig, {"model": {"name_or_path": "m"}, "prompts": Path("p.jsonl"),
+    cfg = from_dict(RLConfig, {"model": {"name_or_path": "m"}, "prompts": Path("p.jsonl"),
                                 "reward": {"models": [Path("a"), "b"]}})
     assert cfg.prompts == "p.jsonl" and cfg.reward.models == ["a", "b"]
     assert yaml.safe_load(yaml.safe_dump(to_dict(cfg)))["reward"]["models"] == ["a", "b"]  # saves as plain text

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from tether.config import DPOConfig, PPOConfig, RewardModelConfig, SFTConfig, describe, load_config
+from tether.config import DPOConfig, RLConfig, RewardModelConfig, SFTConfig, describe, load_config
 from tether.engines import engine_settings
 from tether.errors import ConfigError
 
 SUPERVISED_MIN = ["model.name_or_path=m", "data.train=t.jsonl"]
 PPO_MIN = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]
 STAGES = [(SFTConfig, SUPERVISED_MIN), (RewardModelConfig, SUPERVISED_MIN), (DPOConfig, SUPERVISED_MIN),
-          (PPOConfig, PPO_MIN)]
+          (RLConfig, PPO_MIN)]
 
 
 @pytest.mark.parametrize("stage, base", STAGES)
@@ -44,7 +44,7 @@ def test_padding_free_can_be_turned_off(stage, base):
 
 
 def test_both_keys_are_described_with_help():
-    rows = {row[0]: row for row in describe(PPOConfig)}
+    rows = {row[0]: row for row in describe(RLConfig)}
     assert "model.attn_implementation" in rows and "model.padding_free" in rows
     assert "flash_attention_2" in str(rows["model.attn_implementation"])
     assert "padding" in str(rows["model.padding_free"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tether.config import PPOConfig, describe, load_config, rebase_paths, save_config, to_dict
+from tether.config import RLConfig, describe, load_config, rebase_paths, save_config, to_dict
 from tether.config.reward_terms import RewardTermConfig
 from tether.errors import ConfigError
 
@@ -18,7 +18,7 @@ TWO_TERMS = "reward.terms=[{name: answer, callable: 'm:f'}, {name: length, lengt
 
 
 def ppo(*overrides, path=None):
-    return load_config(PPOConfig, path, [*BASE, *overrides])
+    return load_config(RLConfig, path, [*BASE, *overrides])
 
 
 def error_of(*overrides, path=None) -> str:
@@ -58,13 +58,13 @@ def test_save_load_and_to_dict_round_trip(tmp_path):
     cfg = ppo(TWO_TERMS)
     assert to_dict(cfg)["reward"]["terms"][1]["length_penalty"] == 0.01
     save_config(cfg, tmp_path / "c.yaml")
-    assert load_config(PPOConfig, tmp_path / "c.yaml") == cfg
+    assert load_config(RLConfig, tmp_path / "c.yaml") == cfg
 
 
 def test_a_term_model_path_is_rebased(tmp_path):
     (tmp_path / "rm").mkdir()
     data = to_dict(ppo("reward.terms=[{name: rm, models: [rm]}]"))
-    rebased = rebase_paths(PPOConfig, data, tmp_path)
+    rebased = rebase_paths(RLConfig, data, tmp_path)
     assert rebased["reward"]["terms"][0]["models"] == [str(tmp_path / "rm")]
     assert data["reward"]["terms"][0]["models"] == ["rm"]  # the input is left alone
 
@@ -142,13 +142,13 @@ def test_critic_from_the_reward_takes_the_first_model_term_or_refuses():
 
 
 def test_the_term_list_is_one_described_key_and_every_term_field_has_help():
-    rows = {key: help_text for key, _, help_text in describe(PPOConfig)}
+    rows = {key: help_text for key, _, help_text in describe(RLConfig)}
     assert "length_penalty" in rows["reward.terms"] and not any(k.startswith("reward.terms.") for k in rows)
     assert all(f.metadata["help"].strip() for f in dataclasses.fields(RewardTermConfig))
 
 
 def test_the_verifiable_demo_preset_loads():
-    cfg = load_config(PPOConfig, ROOT / "configs" / "demo" / "grpo_verifiable.yaml")
+    cfg = load_config(RLConfig, ROOT / "configs" / "demo" / "grpo_verifiable.yaml")
     assert cfg.run.out.startswith("runs/demo") and not cfg.reward.models and not cfg.needs_critic
     assert [t.name for t in cfg.reward.terms] == ["answer", "length", "polite"]
     assert cfg.reward.terms[0].callable == "tether.tasks.arith.verify:answer_reward"

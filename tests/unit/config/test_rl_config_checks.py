@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tether.config import PPOConfig, load_config, save_config
+from tether.config import RLConfig, load_config, save_config
 from tether.errors import ConfigError
 
 MINIMAL = ["model.name_or_path=m", "prompts=p", "reward.models=[r]"]
 
 
 def ppo(*overrides):
-    return load_config(PPOConfig, None, [*MINIMAL, *overrides])
+    return load_config(RLConfig, None, [*MINIMAL, *overrides])
 
 
 def test_k1_as_a_loss_term_is_refused_with_the_reason_and_the_fix():
@@ -38,7 +38,7 @@ def test_every_other_pairing_is_accepted(placement, estimator):
 def test_the_saved_config_names_the_estimator_used(tmp_path):
     path = tmp_path / "config.yaml"
     save_config(ppo("kl.placement=loss"), path)
-    assert load_config(PPOConfig, path).kl.estimator == "k3"
+    assert load_config(RLConfig, path).kl.estimator == "k3"
 
 
 def test_ratio_level():
@@ -50,15 +50,15 @@ def test_ratio_level():
 
 def test_min_lr_ratio_with_a_constant_schedule_is_refused():
     """A constant schedule never decays: its min_lr_ratio would do nothing, in every optimiser block."""
-    from tether.config import PPOConfig, SFTConfig, load_config
+    from tether.config import RLConfig, SFTConfig, load_config
 
     with pytest.raises(ConfigError, match=r"'critic.optim.min_lr_ratio' = 0.5 is set with critic.optim.schedule=constant"):
-        load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
+        load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
                                       "critic.optim.min_lr_ratio=0.5"])
     with pytest.raises(ConfigError, match=r"'optim.min_lr_ratio'"):
         load_config(SFTConfig, None, ["model.name_or_path=m", "data.train=t", "optim.schedule=constant",
                                       "optim.min_lr_ratio=0.5"])
-    cfg = load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
+    cfg = load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]",
                                         "optim.schedule=cosine", "optim.min_lr_ratio=0.5"])
     assert cfg.optim.min_lr_ratio == 0.5
 

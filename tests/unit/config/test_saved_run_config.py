@@ -129,3 +129,38 @@ def test_the_python_api_takes_a_saved_config_for_its_own_stage_only(name, tmp_pa
     other = "kto" if name != "kto" else "sft"
     with pytest.raises(ConfigError, match=rf"was saved by `tether {name}`"):
         resolve_config(stages()[other].config_class(), saved, None)
+
+
+def _before_the_rl_block(saved: Path) -> Path:
+    """``saved`` rewritten as a run saved it while the loop's keys were ``ppo.*`` (no ``rl`` block)."""
+    raw = yaml.safe_load(saved.read_text())
+    raw["ppo"] = {**raw.pop("rl"), **raw["ppo"]}
+    saved.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return saved
+
+
+@pytest.mark.parametrize("name", ["ppo", "grpo", "rs"])
+def test_a_config_saved_with_the_loop_keys_under_ppo_loads_and_resumes_as_the_same_run(name, tmp_path, caplog):
+    from tether.runs import check_run_dir
+
+    cfg, saved = _saved(name, tmp_path)
+    _before_the_rl_block(saved)
+    with caplog.at_level("WARNING", logger="tether.config"):
+        assert load_config(type(cfg), saved, _forced(name)) == cfg  # --config RUN/config.yaml
+    assert "config key 'ppo.iterations' is now 'rl.iterations'" in caplog.text
+    assert "config key 'ppo.epochs' is now 'rl.epochs'" in caplog.text
+    assert check_run_dir(saved.parent, cfg, name, resume=True) == saved.parent  # --resume: the same run
+    with pytest.raises(ConfigError, match="different run"):
+        check_run_dir(saved.parent, load_config(type(cfg), saved, [*_forced(name), "rl.iterations=7"]), name,
+                      resume=True)
+
+
+def test_the_cli_reads_a_config_saved_with_the_loop_keys_under_ppo_and_prints_the_new_names(tmp_path, capsys):
+    cfg, saved = _saved("grpo", tmp_path)
+    _before_the_rl_block(saved)
+    assert main(["grpo", "--config", str(saved), "--print-config", "ppo.iterations=3"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["rl"]["iterations"] == 3 and "iterations" not in printed["ppo"]
+    assert printed == to_dict(load_config(type(cfg), None, [*_stage_overrides("grpo", tmp_path / "rows.jsonl",
+                                                                                 tmp_path / "runs" / "grpo"),
+                                                             "rl.iterations=3"]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tether import runs
-from tether.config import PPOConfig, SFTConfig, load_config
+from tether.config import RLConfig, SFTConfig, load_config
 from tether.errors import ConfigError
 from tether.loops import common
 from tether.loops.common import check_data_parallel
@@ -19,7 +19,7 @@ def sft(*extra):
 
 
 def ppo(*extra):
-    return load_config(PPOConfig, None, ["model.name_or_path=/nonexistent/base_model",
+    return load_config(RLConfig, None, ["model.name_or_path=/nonexistent/base_model",
                                          "prompts=/nonexistent/ppo_prompts.jsonl",
                                          "reward.callable=tether.tasks.arith.judge:gold_reward",
                                          "critic.init=policy", *extra])
@@ -57,19 +57,19 @@ def test_sft_world_of_three(world):
 
 
 def test_ppo_micro_batch_not_dividing_names_both_keys(world):
-    cfg = ppo("rollout.batch_size=8", "ppo.minibatch_size=4", "ppo.grad_accum_steps=4")
+    cfg = ppo("rollout.batch_size=8", "rl.minibatch_size=4", "rl.grad_accum_steps=4")
     with pytest.raises(ConfigError) as info:
         check_data_parallel(cfg, "ppo")
     text = str(info.value)
-    assert "'ppo.minibatch_size / ppo.grad_accum_steps' = 1" in text and "world size 2" in text
+    assert "'rl.minibatch_size / rl.grad_accum_steps' = 1" in text and "world size 2" in text
 
 
 def test_ppo_rollout_and_minibatch_sizes(world):
     with pytest.raises(ConfigError, match=r"'rollout.batch_size' = 9 does not divide by the world size 2"):
-        check_data_parallel(ppo("rollout.batch_size=9", "ppo.minibatch_size=3"), "ppo")
-    with pytest.raises(ConfigError, match=r"'ppo.minibatch_size' = 3 does not divide by the world size 2"):
-        check_data_parallel(ppo("rollout.batch_size=6", "ppo.minibatch_size=3"), "ppo")
-    check_data_parallel(ppo("rollout.batch_size=8", "ppo.minibatch_size=4", "ppo.grad_accum_steps=2"), "ppo")
+        check_data_parallel(ppo("rollout.batch_size=9", "rl.minibatch_size=3"), "ppo")
+    with pytest.raises(ConfigError, match=r"'rl.minibatch_size' = 3 does not divide by the world size 2"):
+        check_data_parallel(ppo("rollout.batch_size=6", "rl.minibatch_size=3"), "ppo")
+    check_data_parallel(ppo("rollout.batch_size=8", "rl.minibatch_size=4", "rl.grad_accum_steps=2"), "ppo")
 
 
 def test_fsdp_with_fp16_is_refused(world):
@@ -81,7 +81,7 @@ def test_fsdp_with_fp16_is_refused(world):
 
 
 def test_ppo_critic_fsdp_with_fp16_is_refused(world):
-    base = ("rollout.batch_size=8", "ppo.minibatch_size=4", "run.precision=fp16")
+    base = ("rollout.batch_size=8", "rl.minibatch_size=4", "run.precision=fp16")
     with pytest.raises(ConfigError, match="fp16"):
         check_data_parallel(ppo(*base, "distributed.strategy=ddp", "critic.strategy=fsdp"), "ppo")
     with pytest.raises(ConfigError, match="fp16"):  # the critic follows distributed.strategy when unset
@@ -91,14 +91,14 @@ def test_ppo_critic_fsdp_with_fp16_is_refused(world):
 
 def test_divisible_sizes_pass(world):
     assert check_data_parallel(sft("optim.batch_size=16", "optim.grad_accum_steps=4"), "sft") is None
-    assert check_data_parallel(ppo("rollout.batch_size=8", "ppo.minibatch_size=4"), "ppo") is None
+    assert check_data_parallel(ppo("rollout.batch_size=8", "rl.minibatch_size=4"), "ppo") is None
 
 
 def test_world_size_one_never_raises(world):
     world(1)
     check_data_parallel(sft("optim.batch_size=15"), "sft")
     check_data_parallel(sft("optim.batch_size=15", "distributed.strategy=fsdp", "run.precision=fp16"), "sft")
-    check_data_parallel(ppo("rollout.batch_size=8", "ppo.minibatch_size=4", "ppo.grad_accum_steps=4"), "ppo")
+    check_data_parallel(ppo("rollout.batch_size=8", "rl.minibatch_size=4", "rl.grad_accum_steps=4"), "ppo")
 
 
 def test_the_real_world_size_here_is_one():
@@ -147,9 +147,9 @@ def test_online_dpo_needs_whole_groups_on_every_rank(world):
     name = "online_" + "dpo"  # the registry spells the names
 
     def cfg(group: int):
-        return load_config(PPOConfig, None, ["model.name_or_path=/nonexistent/base_model", f"algorithm={name}",
+        return load_config(RLConfig, None, ["model.name_or_path=/nonexistent/base_model", f"algorithm={name}",
                                              "prompts=/nonexistent/ppo_prompts.jsonl", "reward.callable=m:f",
-                                             f"group.size={group}", "rollout.batch_size=8", "ppo.minibatch_size=4"])
+                                             f"group.size={group}", "rollout.batch_size=8", "rl.minibatch_size=4"])
 
     check_data_parallel(cfg(2), name)
     with pytest.raises(ConfigError, match=r"each rank's share of a micro-batch .* 4 / 2\) must hold whole groups of "

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.engines import engine_settings, prepare_models
 from tether.models.packing import padding_free
 
@@ -22,7 +22,7 @@ def tiny_llama() -> LlamaForCausalLM:
 
 @pytest.mark.parametrize("setting, expected", [("true", True), ("false", False)])
 def test_prepare_models_sets_padding_free_on_each_model(setting, expected):
-    settings = engine_settings(load_config(PPOConfig, None, [*PPO_MIN, f"model.padding_free={setting}"]))
+    settings = engine_settings(load_config(RLConfig, None, [*PPO_MIN, f"model.padding_free={setting}"]))
     models = [tiny_llama(), tiny_llama()]
     prepare_models(models, settings)
     assert [padding_free(m) for m in models] == [expected, expected]

@@ -282,10 +282,10 @@ def test_health_config_is_the_config_block() -> None:
     import dataclasses
 
     from tether.config.health import HealthConfig as ConfigBlock
-    from tether.config.stages import PPOConfig
+    from tether.config.stages import RLConfig
 
     assert HealthConfig is ConfigBlock
-    assert isinstance(PPOConfig().health, HealthConfig)
+    assert isinstance(RLConfig().health, HealthConfig)
     fields = {f.name: f for f in dataclasses.fields(HealthConfig)}
     assert fields["kl_drift"].metadata["gt"] == 0 and fields["kl_drift"].metadata["help"]
 
@@ -294,7 +294,7 @@ def test_health_module_imports_first_without_a_cycle() -> None:
     import subprocess
     import sys
 
-    code = "import tether.eval.health, tether.config; print(tether.config.PPOConfig.__name__)"
+    code = "import tether.eval.health, tether.config; print(tether.config.RLConfig.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 

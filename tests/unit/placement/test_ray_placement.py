@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.errors import ConfigError
 from tether.placement.ray_placement import bundle, describe, import_ray, missing_resources, primary_role
 from tether.roles.groups import role_groups
@@ -15,9 +15,9 @@ from tether.roles.groups import role_groups
 BASE = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[rm]"]
 
 
-def cfg(*extra: str) -> PPOConfig:
+def cfg(*extra: str) -> RLConfig:
     ray = ["placement.backend=ray"] if any(e.startswith("placement.ray.") for e in extra) else []
-    return load_config(PPOConfig, None, [*BASE, *ray, *extra])
+    return load_config(RLConfig, None, [*BASE, *ray, *extra])
 
 
 def test_every_role_alone_by_default():

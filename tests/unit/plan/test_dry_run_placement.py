@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.placement.ray_placement import primary_role
 from tether.plan.dry_run import Plan, _placement
 from tether.roles.groups import role_groups
 
 
 def test_a_colocated_group_shows_its_primary_roles_resources():
-    cfg = load_config(PPOConfig, None, [
+    cfg = load_config(RLConfig, None, [
         "model.name_or_path=m", "prompts=p.jsonl", "reward.models=[rm]", "placement.backend=ray",
         "placement.ray.colocate=[[reward, critic]]",
         "placement.ray.roles={reward: {num_cpus: 0.5}, critic: {num_cpus: 2}}"])

@@ -52,7 +52,7 @@ def make_run(root: Path, demo: bool = False) -> Path:
                                      "health:\n  kl_low: 1.0\n  kl_healthy_high: 6.0\n")
     write_jsonl(ppo / "alarms.jsonl", [ALARM, {**ALARM, "name": "entropy_collapse", "level": "alarm",
                                                 "iteration": 38, "message": "Policy entropy is 0.0100 nats/token",
-                                                "fix": "Set ppo.entropy_coef > 0."}])
+                                                "fix": "Set rl.entropy_coef > 0."}])
     samples = []
     for it in (1, 10, 20, 30, 40):
         for k in range(3):

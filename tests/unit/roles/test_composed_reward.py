@@ -8,7 +8,7 @@ import torch
 
 import tether.distributed.shard as shard
 import tether.placement.data_parallel as data_parallel
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.dispatch import ROWS, declarations
 from tether.loops.rl_setup import score_rollout
 from tether.placement import role
@@ -65,7 +65,7 @@ def test_both_methods_are_declared_by_rows():
 
 
 def test_the_loop_helper_gives_the_sum_and_each_terms_mean():
-    cfg = load_config(PPOConfig, None, [
+    cfg = load_config(RLConfig, None, [
         "model.name_or_path=m", "prompts=p", "algorithm=grpo",
         r"reward.terms=[{name: answer, callable: 'm:f'}, {name: length, length_penalty: 0.5, length_target: 4, "
         r"weight: 2}, {name: polite, regex: '^(sure|ok)\b', weight: 0.1}]"])
@@ -76,7 +76,7 @@ def test_the_loop_helper_gives_the_sum_and_each_terms_mean():
 
 
 def test_without_terms_the_helper_is_the_plain_score():
-    cfg = load_config(PPOConfig, None, ["model.name_or_path=m", "prompts=p", "reward.callable=m:f",
+    cfg = load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.callable=m:f",
                                         "critic.init=policy"])
     proxy = role(LocalPlacement({"reward": CallableReward(last_is_seven)}), "reward")
     raw, stats = score_rollout(proxy, rollout(), cfg, "cpu")
@@ -117,7 +117,7 @@ def test_ray_splits_the_term_scores_over_the_group_and_joins_them_in_order():
 
 
 def test_build_reward_composes_the_terms_in_order():
-    cfg = load_config(PPOConfig, None, [
+    cfg = load_config(RLConfig, None, [
         "model.name_or_path=m", "prompts=p", "algorithm=grpo",
         "reward.terms=[{name: answer, callable: 'tether.tasks.arith.verify:answer_reward'}, "
         "{name: length, length_penalty: 0.1, length_target: 3, weight: 0.5}, {name: polite, regex: '^sure'}]"])

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer, models
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.errors import ConfigError, ModelError
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.roles.sources import check_token_id_readers, token_id_readers
@@ -38,7 +38,7 @@ def llama(path, vocab: int, tok=None, weights: bool = True):
 
 
 def ppo(*overrides):
-    return load_config(PPOConfig, None, ["prompts=p", *overrides])
+    return load_config(RLConfig, None, ["prompts=p", *overrides])
 
 
 def test_every_separate_model_of_a_run_is_listed():

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import tether
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.errors import ConfigError
 from tether.rollout import (ENGINES, EngineSetup, EngineSpec, GenerationEngine, SamplingParams, build_engine,
                             captured_logprobs, check_frozen, engine_class, engine_settings_block, engine_spec)
@@ -28,7 +28,7 @@ PROTOCOL = ("from_config", "install_check", "memory_lines", "generate", "sync_we
 
 
 def ppo(*overrides):
-    return load_config(PPOConfig, None, [*PPO_MIN, *overrides])
+    return load_config(RLConfig, None, [*PPO_MIN, *overrides])
 
 
 def name_tests(name: str, own_prefix: str) -> list[str]:

@@ -8,7 +8,7 @@ import httpx2
 import pytest
 import torch
 
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.errors import ConfigError, ModelError
 from tether.roles.remote_reward import RemoteReward
 from tether.types import Rollout
@@ -84,12 +84,12 @@ def test_api_key_from_environment(monkeypatch):
 
 
 def test_config_takes_exactly_one_reward_source():
-    cfg = load_config(PPOConfig, None, [*BASE, "reward.url=http://127.0.0.1:8000"])
+    cfg = load_config(RLConfig, None, [*BASE, "reward.url=http://127.0.0.1:8000"])
     assert cfg.reward.url == "http://127.0.0.1:8000" and cfg.reward.api_key is None
     with pytest.raises(ConfigError, match="reward.url"):
-        load_config(PPOConfig, None, [*BASE, "reward.url=http://x", "reward.models=[r]"])
+        load_config(RLConfig, None, [*BASE, "reward.url=http://x", "reward.models=[r]"])
     with pytest.raises(ConfigError, match="reward.url"):
-        load_config(PPOConfig, None, BASE)
+        load_config(RLConfig, None, BASE)
 
 
 def test_check_before_the_run_names_what_is_wrong():

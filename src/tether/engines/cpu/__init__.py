@@ -45,7 +45,7 @@ def prepare(models: list, cpu_cfg, precision, compile=False):
     if choice == "auto":
         log.info("cpu.linear_backend=auto: %s on this CPU.", backend)
     if backend == "onednn" and compile:
-        log.info("ppo.compile is on: linear layers stay on aten (cpu.linear_backend=onednn ignored).")
+        log.info("rl.compile is on: linear layers stay on aten (cpu.linear_backend=onednn ignored).")
         backend = "aten"
     if backend == "onednn":
         for model in models:

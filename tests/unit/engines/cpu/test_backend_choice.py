@@ -7,7 +7,7 @@ import torch
 
 from tether.bench.runner import bench_overrides
 from tether.bench.setup import SIZES, build_setup
-from tether.config import PPOConfig, load_config
+from tether.config import RLConfig, load_config
 from tether.engines.cpu import onednn
 from tether.engines.cpu.onednn import OneDNNLinear, onednn_available, resolve_backend
 from tether.roles.build import make_roles
@@ -43,7 +43,7 @@ def test_an_unknown_backend_is_a_clear_error():
 
 
 def test_the_default_is_auto():
-    assert load_config(PPOConfig, None, bench_overrides(4, 4, 1, 1, "fp32")).cpu.linear_backend == "auto"
+    assert load_config(RLConfig, None, bench_overrides(4, 4, 1, 1, "fp32")).cpu.linear_backend == "auto"
 
 
 # Deliberate skip: without oneDNN kernels use_onednn_linears switches nothing, whatever the table says.
@@ -54,7 +54,7 @@ def test_make_roles_switches_the_linears_the_table_calls_for(monkeypatch, vendor
     import tether.engines.cpu.describe as cpu
 
     monkeypatch.setattr(cpu, "cpu_vendor", lambda: vendor)
-    cfg = load_config(PPOConfig, None, bench_overrides(4, 4, 1, 1, precision))
+    cfg = load_config(RLConfig, None, bench_overrides(4, 4, 1, 1, precision))
     m = build_setup(SIZES["micro"], n_prompts=4, seed=0).models
     make_roles(cfg, m["policy"], m["reference"], m["critic"], m["reward"], None)
     for name in ("policy", "reference", "critic", "reward"):

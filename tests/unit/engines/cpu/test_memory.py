@@ -100,14 +100,14 @@ def test_a_refused_threshold_is_reported_not_applied(fresh, caplog):
 def test_preparing_cpu_models_applies_it_only_when_asked(fresh):
     """The engines apply cpu.retain_memory when they prepare models for the CPU (it used to be
     begin_run's business)."""
-    from tether.config import PPOConfig, load_config
+    from tether.config import RLConfig, load_config
     from tether.engines import engine_settings, prepare_models
 
     calls = []
     fresh.setattr(memory, "retain_freed_memory", lambda: calls.append(1) or True)
     base = ["prompts=bench", "model.name_or_path=bench", "reward.models=[bench]", "run.device=cpu",
             "cpu.linear_backend=aten"]
-    prepare_models([], engine_settings(load_config(PPOConfig, None, base)))
+    prepare_models([], engine_settings(load_config(RLConfig, None, base)))
     assert calls == [1]
-    prepare_models([], engine_settings(load_config(PPOConfig, None, base + ["cpu.retain_memory=false"])))
+    prepare_models([], engine_settings(load_config(RLConfig, None, base + ["cpu.retain_memory=false"])))
     assert calls == [1]

@@ -76,7 +76,8 @@ def resolve_config(cls: type, config: ConfigLike, overrides: Overrides = None, f
     """A validated ``cls`` from a config object, a dict or a YAML path, with ``overrides`` (then
     ``forced``, dotted keys) on top; ``caller`` (e.g. "sft") names the function in errors."""
     from tether.config import from_dict, to_dict
-    from tether.config.base import merge_override, merge_setting, parse_override
+    from tether.config.base import merge_override, parse_override
+    from tether.config.moved import merge_setting
     from tether.config.saved import check_saved_stage, read_preset
 
     where = f"tether.{caller}(): argument 'config'" if caller else "The config"

@@ -1,6 +1,8 @@
-"""docs/architecture.md's "How to add" table says how many files an algorithm and a generation
-engine touch; this test holds the source to it: a built-in algorithm's (engine's) module is
-known, by import or by its registry target, to no file but itself and its registry entry."""
+"""docs/architecture.md's "How to add" table says how many files each kind of thing touches; this
+test holds the source to it for every registered entry: a built-in algorithm's, engine's or
+stage's module, and a reward kind's builder and planner, are known (by import or by a registry
+target) to no file but their own and their registry entry. The one-file plugins of each kind are
+run end to end by tests/integration/test_plugin_{algorithm,kinds,stage}.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from tether.registry.algorithms import ALGORITHMS
 from tether.registry.engines import ENGINES
 from tether.registry.rewards import REWARD_KINDS
+from tether.registry.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
@@ -96,3 +99,17 @@ def test_a_built_in_reward_kind_touches_the_files_the_doc_says(name):
         files.add(own)
     assert callable(spec.builder()) and callable(spec.planner())
     assert len(files | {"tether/registry/rewards.py"}) == documented_files("a reward kind")
+
+
+#: The demo pipeline (SFT -> reward model -> RL, in demo.py, compare.py and feedback/iterate.py) and
+#: the padding bench (bench/padding.py) run particular stages by design: SFT's and the reward model's.
+DEMO_PIPELINE = {"tether/demo.py", "tether/compare.py", "tether/feedback/iterate.py", "tether/bench/padding.py"}
+
+
+@pytest.mark.parametrize("name", list(STAGES))
+def test_a_built_in_stage_touches_the_files_the_doc_says(name):
+    module = STAGES[name].run.split(":")[0]
+    assert files_knowing(module) - DEMO_PIPELINE == {"tether/registry/stages.py"}, name
+    config = STAGES[name].config_class()
+    assert config.__module__.startswith("tether.config"), name  # its config class: the 3rd file
+    assert documented_files("a supervised stage") == 3

@@ -13,7 +13,6 @@ from torch import Tensor
 
 from tether.models.state import state_of
 from tether.data import collate_left, collate_right
-from tether.models import last_layer
 from tether.models.lora import unwrap
 from tether.models.packing import set_padding_free
 from tether.roles.critic import ValueHead

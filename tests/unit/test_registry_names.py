@@ -13,6 +13,7 @@ import ast
 from pathlib import Path
 
 import tether
+from source_scan import docstring_ids
 from tether.registry.rewards import REWARD_KINDS
 from tether.registry.stages import STAGES
 
@@ -20,16 +21,6 @@ SRC = Path(tether.__file__).parent
 #: The packages and modules a new stage or reward kind plugs into.
 CORE = ("loops", "objectives", "plan", "config", "roles", "registry", "cards.py", "api.py", "runs.py",
         "commands/stage.py", "commands/launch.py", "__init__.py")
-
-
-def _docstrings(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                ids.add(id(first.value))
-    return ids
 
 
 def _own_name(tree: ast.AST) -> set[int]:
@@ -41,7 +32,7 @@ def _own_name(tree: ast.AST) -> set[int]:
 def spelled(path: Path, names: set[str]) -> list[tuple[int, str]]:
     """(line, name) of every non-docstring string constant in ``path`` equal to one of ``names``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    allowed = _docstrings(tree) | _own_name(tree)
+    allowed = docstring_ids(tree) | _own_name(tree)
     return [(node.lineno, node.value) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
             and id(node) not in allowed]

@@ -18,6 +18,7 @@ from tether.registry.algorithms import (
     load_plugins,
     register_algorithm,
 )
+from source_scan import docstring_ids
 from tether.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "tether"
@@ -25,21 +26,10 @@ REGISTRY = SRC / "registry" / "algorithms.py"
 BUILT_IN = ("ppo", "grpo", "rloo", "reinforce_pp")
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    """ids of the string constants that are docstrings (prose may name an algorithm)."""
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                ids.add(id(first.value))
-    return ids
-
-
 def spelled_names(path: Path) -> list[tuple[int, str]]:
     """(line, name) of every non-docstring string constant in ``path`` equal to a built-in algorithm's name."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    docs = _docstrings(tree)
+    docs = docstring_ids(tree)
     return [(node.lineno, node.value) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in BUILT_IN
             and id(node) not in docs]

@@ -173,8 +173,6 @@ def run(stage: str, config: ConfigLike = None, overrides: Overrides = None, *, r
 
 def _stage_function(spec):
     """``tether.<api>(config, overrides, resume=[, on_iteration=])``: :func:`run` of that stage."""
-    from tether.registry.stages import stage_spec
-
     if spec.algorithm:
         def call(config: ConfigLike = None, overrides: Overrides = None, *, resume: bool = False,
                  on_iteration=None) -> RunResult:
@@ -187,7 +185,7 @@ def _stage_function(spec):
             return run(spec.name, config, overrides, resume=resume)
 
         what = "with its final metrics. ``resume``: continue the run in ``run.out``."
-    config = stage_spec(spec.name).config.rpartition(":")[2]
+    config = spec.config.rpartition(":")[2]
     call.__name__ = call.__qualname__ = spec.api
     call.__doc__ = (f"Run {spec.title or spec.name} (``tether {spec.name}``): a :class:`tether.config.{config}` (or "
                     f"a dict or YAML path) and overrides -> :class:`RunResult` {what}")

@@ -93,9 +93,7 @@ def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
     if spec.min_group_size < 1 or spec.default_group_size < spec.min_group_size:
         raise ConfigError(f"Algorithm {spec.name!r}: default_group_size {spec.default_group_size} must be at least "
                           f"min_group_size {spec.min_group_size} (>= 1).")
-    held = ALGORITHMS.get(spec.name)
-    claim(ALGORITHMS, _BUILT_IN, "Algorithm", spec.name, spec, spec.target, held and held.target,
-          held and held.title)
+    claim(ALGORITHMS, _BUILT_IN, "Algorithm", spec)
     ALGORITHMS[spec.name] = spec
     return spec
 

@@ -62,8 +62,7 @@ def register_engine(spec: EngineSpec) -> EngineSpec:
     (:func:`tether.registry.plugins.claim`)."""
     if ":" not in spec.target:
         raise ConfigError(f"Engine {spec.name!r}: target {spec.target!r} must be 'module:Class'.")
-    held = ENGINES.get(spec.name)
-    claim(ENGINES, _BUILT_IN, "Engine", spec.name, spec, spec.target, held and held.target, held and held.title)
+    claim(ENGINES, _BUILT_IN, "Engine", spec)
     ENGINES[spec.name] = spec
     return spec
 

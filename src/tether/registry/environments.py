@@ -38,9 +38,7 @@ def register_environment(spec: EnvironmentSpec) -> EnvironmentSpec:
     """Add an environment kind; a built-in's name, or another module's, is refused."""
     if not spec.name.isidentifier() or ":" not in spec.target:
         raise ConfigError(f"Environment {spec.name!r}: expected an identifier and a 'module:Class' target.")
-    held = ENVIRONMENTS.get(spec.name)
-    claim(ENVIRONMENTS, _BUILT_IN, "Environment", spec.name, spec, spec.target, held and held.target,
-          held and held.name)
+    claim(ENVIRONMENTS, _BUILT_IN, "Environment", spec)
     ENVIRONMENTS[spec.name] = spec
     return spec
 

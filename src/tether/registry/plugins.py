@@ -40,14 +40,17 @@ def target_text(target) -> str:
     return f"{owner_of(target)}:{getattr(target, '__qualname__', type(target).__qualname__)}"
 
 
-def claim(table: dict, built_in: set[str], kind: str, name: str, spec, target, held_target, held_title: str) -> None:
-    """Refuse ``spec`` (registered as ``name`` in ``table``, a ``kind`` such as "Algorithm") when the
-    name is a built-in's or another module's: the same module registering it again replaces its entry
-    (a reloaded plugin). ``target``/``held_target``: the new and the held entry's code."""
-    if name not in table:
+def claim(table: dict, built_in: set[str], kind: str, spec, code: str = "target") -> None:
+    """Refuse ``spec`` (an entry for ``table``, a ``kind`` such as "Algorithm") when its name is a
+    built-in's or another module's: the same module registering it again replaces its entry (a
+    reloaded plugin). ``code``: the entry's field naming its code, whose module owns the name."""
+    held = table.get(spec.name)
+    if held is None:
         return
+    name, target, held_target = spec.name, getattr(spec, code), getattr(held, code)
     if name in built_in or owner_of(held_target) != owner_of(target):
-        whose = f"tether's built-in {held_title}" if name in built_in else f"the plugin {owner_of(held_target)!r}"
+        title = getattr(held, "title", None) or held.name
+        whose = f"tether's built-in {title}" if name in built_in else f"the plugin {owner_of(held_target)!r}"
         raise ConfigError(f"{kind} name {name!r} is already registered by {whose} ({target_text(held_target)}); "
                           f"{owner_of(target)!r} ({target_text(target)}) may not replace it: expected a name no "
                           f"registered {kind.lower()} has (registered: {', '.join(table)}).")

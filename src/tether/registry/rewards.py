@@ -54,9 +54,7 @@ def register_reward_kind(spec: RewardKindSpec) -> RewardKindSpec:
     if not spec.name.isidentifier() or ":" not in spec.build or ":" not in spec.plan:
         raise ConfigError(f"Reward kind {spec.name!r}: expected an identifier, and build and plan as "
                           "'module:function'.")
-    held = REWARD_KINDS.get(spec.name)
-    claim(REWARD_KINDS, _BUILT_IN, "Reward kind", spec.name, spec, spec.build, held and held.build,
-          held and held.name)
+    claim(REWARD_KINDS, _BUILT_IN, "Reward kind", spec, code="build")
     REWARD_KINDS[spec.name] = spec
     return spec
 

@@ -138,8 +138,7 @@ def register_stage(spec: StageSpec) -> StageSpec:
                           "what its model is; inputs: its input check; passes: its micro-batch for the memory "
                           "model; role: policy or reward), so the dry run, the model card and the memory model "
                           "know it.")
-    held = STAGES.get(spec.name)
-    claim(STAGES, _BUILT_IN, "Stage", spec.name, spec, spec.run, held and held.run, held and (held.title or held.name))
+    claim(STAGES, _BUILT_IN, "Stage", spec, code="run")
     STAGES[spec.name] = spec
     return spec
 

@@ -43,10 +43,6 @@ class SourceTerms(OneTerm):
         self.source = source
         self.name = getattr(source, "name", type(source).__name__)
 
-    @property
-    def model(self):
-        return getattr(self.source, "model", None)
-
     @rows
     def score(self, rollout: Rollout) -> Tensor:
         return self.source.score(rollout)

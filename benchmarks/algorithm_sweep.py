@@ -18,7 +18,7 @@ import concurrent.futures as futures
 import sys
 from pathlib import Path
 
-from tether.compare import method_args, methods, run_method
+from tether.demo.compare import method_args, methods, run_method
 from tether.eval.compare import measure
 from tether.plots.compare import compare_plot, compare_table
 from tether.runs import write_json

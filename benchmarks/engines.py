@@ -46,7 +46,7 @@ def engines(names: list[str], size: str, threads: int):
         t0 = time.perf_counter()
         out["vllm"] = VLLMGenerationEngine(path, tok, VLLMOptions(cpu_kvcache_gb=2, max_model_len=256, seed_requests=False))
         started["vllm"] = time.perf_counter() - t0
-    prepared = prepare_models([policy], engine_settings(cfg))
+    prepared = prepare_models([policy], engine_settings(cfg.run, cfg.model, cfg.cpu))
     if "lean" in names:
         out["lean"] = LeanGenerationEngine(policy, tok, decode_context=prepared.decode_context)
     if "hf" in names:

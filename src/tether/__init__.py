@@ -14,7 +14,7 @@ plugin's: :mod:`tether.registry.algorithms`), and so is every supervised stage
 __version__ = "0.1.0"
 
 import tether.api as _api  # noqa: E402
-from tether.errors import ConfigError, DataError, ModelError, TetherError, TrainingError  # noqa: E402
+from tether.common.errors import ConfigError, DataError, ModelError, TetherError, TrainingError  # noqa: E402
 from tether.registry.algorithms import ALGORITHMS as _ALGORITHMS  # noqa: E402
 from tether.registry.stages import STAGES as _STAGES  # noqa: E402
 

@@ -10,7 +10,7 @@ in each split. Each objective here runs one optimiser step on rows of long-taile
 - ``whole``: one micro-batch;
 - ``accumulation``: equal slices (gradient accumulation);
 - ``token budget``: bins by tokens (a different number of rows in each);
-- ``two ranks``: every accumulation slice halved as :func:`tether.runtime.rank_slice` halves it
+- ``two ranks``: every accumulation slice halved as :func:`tether.common.runtime.rank_slice` halves it
   for 2 ranks, each half weighed by its share of the global batch. This is the sum a 2-rank
   DDP/FSDP step computes (the engine's data-parallel path equals it:
   ``tests/unit/distributed/test_engine_data_parallel.py``; real 2-process stage runs:
@@ -68,7 +68,7 @@ def assert_same_step(got, want, where: str) -> None:
 
 
 def halves(chunk: list) -> list[list]:
-    """A micro-batch as 2 ranks split it (:func:`tether.runtime.rank_slice`: contiguous, rank 0
+    """A micro-batch as 2 ranks split it (:func:`tether.common.runtime.rank_slice`: contiguous, rank 0
     takes the larger half)."""
     cut = (len(chunk) + 1) // 2
     return [part for part in (chunk[:cut], chunk[cut:]) if part]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.checkpoint import complete_checkpoints
+from tether.runs.checkpoint import complete_checkpoints
 from tether.config import RLConfig, load_config
 from tether.loops.rl_run import run_rl
 from tether.runs import MANIFEST

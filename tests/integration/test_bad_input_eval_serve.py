@@ -26,7 +26,7 @@ import pytest
 import tether.models
 import tether.serve.server
 from tether.cli import build_parser
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 from bad_input_helpers import LONG_PROMPT, assert_clean_error, cli, good_prompts, write_jsonl
 

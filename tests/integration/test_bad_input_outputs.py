@@ -4,7 +4,7 @@ FileNotFoundError traceback (``--out`` in a missing directory) or an IndexError 
 past GPT-2's position table). And what a run writes about itself says what ran (class 9): a
 length the model's context capped is shown capped in the model card, config.yaml and the dry run.
 
-The rule (``tether.outputs``): an output *file* needs an existing, writable directory and must not
+The rule (``tether.common.outputs``): an output *file* needs an existing, writable directory and must not
 be a directory; an output *directory* is created with its parents, but must not be a file, lie
 under one, or sit where this user cannot write. Each refusal is one `tether COMMAND: error:`
 paragraph naming the flag or key, exit code 2, before any prompt file, tokenizer or model is read
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-import tether.compare
+import tether.demo.compare
 import tether.data
 import tether.demo
 import tether.feedback.iterate
 import tether.feedback.store
 import tether.models
 import tether.plots.report
-import tether.sweep
+import tether.demo.sweep
 from tether.cli import main
 
 from bad_input_helpers import (
@@ -68,9 +68,9 @@ def no_work(monkeypatch):
     forbid(tether.data, "load_records")
     forbid(tether.feedback.store, "load_pairs")
     forbid(tether.demo, "run_demo")
-    forbid(tether.compare, "compare_demo")
+    forbid(tether.demo.compare, "compare_demo")
     forbid(tether.feedback.iterate, "iterate_demo")
-    forbid(tether.sweep, "run_sweep")
+    forbid(tether.demo.sweep, "run_sweep")
     forbid(tether.plots.report, "build_report")
 
 
@@ -207,7 +207,7 @@ def test_output_dir_that_cannot_be_made(command, case, task, demo_like, tmp_path
 
 def test_output_dirs_are_created_with_their_parents(tmp_path):
     """A missing run directory (and its parents) is what a first run wants: it is created, not refused."""
-    from tether.outputs import check_output_dir
+    from tether.common.outputs import check_output_dir
 
     out = tmp_path / "runs" / "new" / "demo"
     assert check_output_dir(out, "--out") == out and not (tmp_path / "runs").exists()  # checked, not made

@@ -224,7 +224,7 @@ def test_lora_names_and_settings_that_would_do_nothing(settings, needles, task, 
 
 
 def test_ppo_with_lora_dropout_is_refused():
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="'lora.dropout' = 0.1: PPO needs 0"):
         load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", "lora.r=4",

@@ -68,7 +68,7 @@ def test_a_plugin_stage_runs_from_the_python_api(plugin, trained, tmp_path):
 
 
 def test_an_incomplete_stage_entry_is_refused():
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
     from tether.registry.stages import StageSpec, register_stage
 
     with pytest.raises(ConfigError, match="expected purpose, inputs, passes in its entry"):

@@ -105,7 +105,7 @@ def test_data_parallel_groups_inside_ray(trained, one_node, tmp_path):
 
 
 def test_cluster_without_the_resources_is_refused_at_once(trained, one_node, tmp_path):
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     out = tmp_path / "no-gpu"
     with pytest.raises(ConfigError) as err:

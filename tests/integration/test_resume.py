@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tether.checkpoint import complete_checkpoints
+from tether.runs.checkpoint import complete_checkpoints
 from tether.config import RLConfig, load_config
 from tether.loops.rl_run import run_rl
 from tether.runs import MANIFEST

@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tether.checkpoint import complete_checkpoints
+from tether.runs.checkpoint import complete_checkpoints
 from tether.cli import main
 from tether.runs import MANIFEST
 

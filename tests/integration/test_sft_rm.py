@@ -15,7 +15,7 @@ from stage_helpers import RM_STEPS, SFT_STEPS, sft_overrides
 from card_checks import assert_model_card
 from tether.config import RewardModelConfig, SFTConfig, load_config, to_dict
 from tether.data import collate_right, load_records, sft_examples, tokenize_sft
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.objectives.reward_model import evaluate_pairs, pair_scores, run_reward_model
 from tether.objectives.sft import run_sft, sft_batch_loss
 from tether.objectives.shared import load_pairs

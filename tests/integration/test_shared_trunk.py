@@ -13,7 +13,7 @@ import torch
 from tether.bench.runner import bench_overrides
 from tether.bench.setup import SIZES, build_setup
 from tether.config import RLConfig, load_config
-from tether.errors import ConfigError, ModelError
+from tether.common.errors import ConfigError, ModelError
 from tether.loops.common import Timer
 from tether.loops.rl_run import rl_trainer, run_rl
 from tether.loops.rl import RLTrainer

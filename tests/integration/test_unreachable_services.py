@@ -1,5 +1,5 @@
 """Outside services that do not answer (docs/reliability.md, "second round", class 3): each fails within its bound
-(``TETHER_SERVICE_TIMEOUT_S``, see ``tether.services``) with one paragraph naming the setting,
+(``TETHER_SERVICE_TIMEOUT_S``, see ``tether.common.services``) with one paragraph naming the setting,
 exit 2, and no run directory.
 
 Each case runs the real CLI in a subprocess (Ray reads its own connect timeout when it is first

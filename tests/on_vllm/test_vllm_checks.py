@@ -18,7 +18,7 @@ import pytest
 vllm = pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds it); see README")
 
 from tether.cli import main  # noqa: E402
-from tether.errors import ConfigError  # noqa: E402
+from tether.common.errors import ConfigError  # noqa: E402
 
 ONE_NUMA_NODE = len(__import__("vllm.utils.cpu_resource_utils", fromlist=["x"]).get_visible_memory_node()) == 1
 

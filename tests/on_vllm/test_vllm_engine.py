@@ -14,7 +14,7 @@ import torch
 vllm = pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds it); see README")
 
 from tether.config import RLConfig, load_config  # noqa: E402
-from tether.errors import ConfigError, TrainingError  # noqa: E402
+from tether.common.errors import ConfigError, TrainingError  # noqa: E402
 from tether.rollout import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.slow

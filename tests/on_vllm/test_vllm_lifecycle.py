@@ -17,7 +17,7 @@ import pytest
 
 vllm = pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds it); see README")
 
-from tether import child_guard  # noqa: E402
+from tether.common import child_guard  # noqa: E402
 
 pytestmark = pytest.mark.slow
 GONE_WITHIN_S = 15  # seconds a killed run's engine may outlive it

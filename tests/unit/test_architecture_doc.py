@@ -101,9 +101,9 @@ def test_a_built_in_reward_kind_touches_the_files_the_doc_says(name):
     assert len(files | {"tether/registry/rewards.py"}) == documented_files("a reward kind")
 
 
-#: The demo pipeline (SFT -> reward model -> RL, in demo.py, compare.py and feedback/iterate.py) and
+#: The demo pipeline (SFT -> reward model -> RL, in demo/ and feedback/iterate.py) and
 #: the padding bench (bench/padding.py) run particular stages by design: SFT's and the reward model's.
-DEMO_PIPELINE = {"tether/demo.py", "tether/compare.py", "tether/feedback/iterate.py", "tether/bench/padding.py"}
+DEMO_PIPELINE = {"tether/demo/__init__.py", "tether/demo/compare.py", "tether/feedback/iterate.py", "tether/bench/padding.py"}
 
 
 @pytest.mark.parametrize("name", list(STAGES))

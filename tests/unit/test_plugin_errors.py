@@ -14,7 +14,7 @@ import pytest
 from tether.registry import plugins as registry
 from tether.registry.algorithms import ALGORITHMS, PLUGINS_ENV, AlgorithmSpec, load_plugins, register_algorithm
 from tether.cli import main
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 DUPLICATE = ("from tether.registry.algorithms import AlgorithmSpec, register_algorithm\n"
              "class Mine:\n    pass\n"

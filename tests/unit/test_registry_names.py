@@ -19,7 +19,7 @@ from tether.registry.stages import STAGES
 
 SRC = Path(tether.__file__).parent
 #: The packages and modules a new stage or reward kind plugs into.
-CORE = ("loops", "objectives", "plan", "config", "roles", "registry", "cards.py", "api.py", "runs.py",
+CORE = ("loops", "objectives", "plan", "config", "roles", "registry", "runs/__init__.py", "runs/cards.py", "api", "cli",
         "commands/stage.py", "commands/launch.py", "__init__.py")
 
 

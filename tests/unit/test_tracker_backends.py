@@ -1,4 +1,4 @@
-"""The trackers' outside services (tether.services): which servers are checked before a run, and
+"""The trackers' outside services (tether.common.services): which servers are checked before a run, and
 the bound each library is given. Stand-ins replace wandb and MLflow's client here; the real
 libraries against loopback servers are in tests/integration/test_unreachable_services.py."""
 
@@ -11,8 +11,8 @@ import types
 
 import pytest
 
-from tether import services
-from tether.errors import ConfigError
+from tether.common import services
+from tether.common.errors import ConfigError
 from tether.trackers import check_servers
 from tether.trackers.backends import MLflowTracker, WandbTracker
 

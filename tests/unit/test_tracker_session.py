@@ -11,7 +11,7 @@ import pytest
 
 import tether.trackers as trackers
 from tether.config import SFTConfig, from_dict
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.metrics import MetricsLogger
 from tether.runs import RunDir, guarded_run, prepare_run_dir, removed_on_early_failure
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from tether.errors import TrainingError
+from tether.common.errors import TrainingError
 from tether.types import Experience
 
 #: The per-token fields of an Experience: each (B, A), as the rollout's response mask; the ones an

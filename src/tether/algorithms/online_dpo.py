@@ -23,7 +23,7 @@ from tether.algorithms.clipped import rollout_ratio_stats
 from tether.algos.dpo import log_ratio_gap
 from tether.algos.masked import zero_padding
 from tether.algos.selection import CHOSEN, REJECTED, best_worst_pairs
-from tether.errors import TrainingError
+from tether.common.errors import TrainingError
 from tether.types import Experience, Rollout
 
 

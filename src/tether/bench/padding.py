@@ -164,7 +164,7 @@ def supervised_step(stage: str, setup_models: dict, tokenizer, data: list, preci
     config_class = {"sft": SFTConfig, "rm": RewardModelConfig, "dpo": DPOConfig}[stage]
     cfg = stage_config(config_class, len(data), precision, device, seed, overrides)
     model = setup_models["reward"] if stage == "rm" else setup_models["policy"]
-    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), engine_settings(cfg), scalar=stage == "rm")
+    engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), engine_settings(cfg.run, cfg.model, cfg.cpu), scalar=stage == "rm")
     pad, autocast = tokenizer.pad_token_id, engine.autocast
     if stage == "sft":
         items = [(p + r, [0] * len(p) + [1] * len(r)) for p, r in data]

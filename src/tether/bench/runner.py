@@ -19,7 +19,7 @@ import time
 import torch
 
 from tether.registry.algorithms import DEFAULT_ALGORITHM
-from tether.runtime import world_size
+from tether.common.runtime import world_size
 from tether.bench.flops import iteration_flops
 from tether.bench.peak import bf16_supported, machine_peak_gflops
 from tether.bench.role_memory import predicted_memory, role_memory

@@ -148,7 +148,7 @@ class ModelSource:
 def resolve_model(spec: str) -> ModelSource:
     """``--model``: a name of :data:`SHAPES`, or a local directory with a ``config.json``.
     A ConfigError (one paragraph) for anything else, before any model is built."""
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     if spec in SHAPES:
         return ModelSource(spec, model_config(spec))
@@ -168,7 +168,7 @@ def resolve_model(spec: str) -> ModelSource:
 def _read_config(path: Path):
     from transformers import AutoConfig
 
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     try:
         json.loads((path / "config.json").read_text(encoding="utf-8"))
@@ -207,7 +207,7 @@ def write_model(source: ModelSource, out: str, seed: int = 0) -> Path:
     import shutil
     import tempfile
 
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     target = Path(out).expanduser()
     if target.exists() and (not target.is_dir() or any(target.iterdir())):

@@ -90,7 +90,7 @@ def run(args) -> int:
     import os
 
     from tether.distributed import DistributedSession
-    from tether.runtime import resolve_device
+    from tether.common.runtime import resolve_device
 
     if getattr(args, "stage", None) is not None:
         return run_stage_bench(args)
@@ -115,7 +115,7 @@ def check_args(args):
     """Flags that contradict each other, an unknown algorithm or model: one paragraph, before any
     work. Fills the defaults that depend on --model; returns its ModelSource (None with --size)."""
     from tether.algorithms import ALGORITHMS
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     if getattr(args, "lengths", None) is not None or getattr(args, "out", None) is not None:
         raise ConfigError("--lengths and --out go with --stage (the padded vs packed step bench).")
@@ -168,7 +168,7 @@ def _run(args, source=None, device=None) -> dict:
 def check_lengths(args, source=None) -> None:
     """--response-length fits the bench models' context beside the longest prompt (and BOS)."""
     from tether.bench.setup import MAX_POSITIONS, PROMPT_WORDS
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     if source is not None:
         positions = getattr(source.config, "max_position_embeddings", None) or MAX_POSITIONS
@@ -196,9 +196,9 @@ ITERATION_ONLY = (("--model", "model", None), ("--write-model", "write_model", N
 def run_stage_bench(args) -> int:
     """``--stage``: padded vs packed steps of one stage (:func:`tether.bench.padding.run_padding_bench`)."""
     from tether.bench.padding import run_padding_bench
-    from tether.errors import ConfigError
-    from tether.outputs import check_output_file
-    from tether.runtime import resolve_device
+    from tether.common.errors import ConfigError
+    from tether.common.outputs import check_output_file
+    from tether.common.runtime import resolve_device
 
     from tether.bench.padding import stages
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 
 def register(sub) -> None:
@@ -44,9 +44,9 @@ def run(args) -> int:
     from pathlib import Path
 
     from tether.commands.demo import parse_sets
-    from tether.compare import compare_demo
-    from tether.compare import methods as known
-    from tether.outputs import check_output_dir
+    from tether.demo.compare import compare_demo
+    from tether.demo.compare import methods as known
+    from tether.common.outputs import check_output_dir
     from tether.plots.compare import compare_table
 
     choices = known()

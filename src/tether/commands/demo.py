@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tether.registry.algorithms import DEFAULT_ALGORITHM
-from tether.errors import TetherError
+from tether.common.errors import TetherError
 
 STAGE_NAMES = ("sft", "rm", DEFAULT_ALGORITHM)
 
@@ -43,7 +43,7 @@ def parse_sets(sets: list[str], names=STAGE_NAMES, what: str = "STAGE") -> dict[
 
 def run(args) -> int:
     from tether.demo import format_summary, run_demo
-    from tether.outputs import check_output_dir
+    from tether.common.outputs import check_output_dir
 
     overrides = parse_sets(args.sets)
     check_output_dir(args.out, "--out")

@@ -58,7 +58,7 @@ def _shown(value: object) -> str:
 
 
 def _fail(message: str):
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     return ConfigError(message)
 
@@ -102,7 +102,7 @@ def parse_best_of_n(text: str) -> tuple[int, ...]:
 
 def output_path(args) -> Path:
     """``--out`` (default POLICY/eval.json), checked to be writable before anything runs."""
-    from tether.outputs import check_output_file
+    from tether.common.outputs import check_output_file
 
     if args.out is not None:
         return check_output_file(args.out, "--out", example="eval.json")
@@ -112,8 +112,8 @@ def output_path(args) -> Path:
 
 
 def _import_judge(spec: str):
-    from tether.errors import TetherError
-    from tether.targets import import_callable
+    from tether.common.errors import TetherError
+    from tether.common.targets import import_callable
 
     try:
         return import_callable(spec)
@@ -139,7 +139,7 @@ def check_args(args) -> CheckedArgs:
     _int_in("--samples-per-prompt", args.samples_per_prompt, 1, MAX_SAMPLES, "responses per prompt")
     _int_in("--max-new-tokens", args.max_new_tokens, 1, None, "the response length cap in tokens")
     _int_in("--threads", args.threads, 0, MAX_THREADS, "torch threads; 0 = the default")
-    from tether.runtime import resolve_device
+    from tether.common.runtime import resolve_device
 
     resolve_device(args.device, "--device")
     low, high = SEED_RANGE
@@ -183,7 +183,7 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
     from tether.roles import EnsembleReward
     from tether.rollout import SamplingParams, check_frozen
     from tether.runs import set_threads
-    from tether.runtime import Precision, resolve_device
+    from tether.common.runtime import Precision, resolve_device
 
     checked = checked or check_args(args)
     set_threads(args.threads)

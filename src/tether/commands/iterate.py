@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tether.registry.algorithms import DEFAULT_ALGORITHM
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 DESCRIPTION = (
     "Run the InstructGPT loop in rounds on the demo task: sample pairs from the current policy, label them (a "
@@ -36,7 +36,7 @@ def run(args) -> int:
 
     from tether.commands.demo import parse_sets
     from tether.feedback.iterate import format_rounds, iterate_demo
-    from tether.outputs import check_output_dir
+    from tether.common.outputs import check_output_dir
 
     if args.rounds < 1 or args.pairs_per_round < 1:
         raise ConfigError("--rounds and --pairs-per-round must be at least 1.")
@@ -48,7 +48,7 @@ def run(args) -> int:
     if args.page:
         serve_page = _page_server(args.port)
     else:
-        from tether.targets import import_callable
+        from tether.common.targets import import_callable
 
         labeller = import_callable(args.labeller, "--labeller")
     result = iterate_demo(Path(args.out), source, args.rounds, args.pairs_per_round, labeller, args.seed,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 DESCRIPTION = (
     "Serve a page on which people compare the two responses of each pair from `tether pairs` by keyboard (1 / 2, "
@@ -79,7 +79,7 @@ def run(args) -> int:
 def check_outputs(args) -> None:
     """Where labels will go, before the page serves a pair: --out (and its .ties/.skips files
     beside it) when serving, --export with --stats (--out is only read then)."""
-    from tether.outputs import check_output_file
+    from tether.common.outputs import check_output_file
 
     if args.stats:
         if args.export:

@@ -18,7 +18,7 @@ import argparse
 import logging
 import sys
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 DESCRIPTION = ("Start a data-parallel stage on several processes (torchrun's launcher), checking the config and "
                "data once first. Example: tether launch --standalone --nproc-per-node 2 sft --config "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.registry.engines import DEFAULT_ENGINE, engine_names
 
 DESCRIPTION = (
@@ -30,7 +30,7 @@ def register(sub) -> None:
 
 def check(args) -> None:
     """Every argument, and that ``--out`` can be written, before any file or model is read."""
-    from tether.outputs import check_output_file
+    from tether.common.outputs import check_output_file
 
     if args.strategy == "checkpoints" and not args.policy_b:
         raise ConfigError("--strategy checkpoints compares two policies: give --policy-b.")

@@ -29,7 +29,7 @@ def check_out(args) -> None:
     """--out (default DIR/report.html) can be written, before the report is built."""
     from pathlib import Path
 
-    from tether.outputs import check_output_file
+    from tether.common.outputs import check_output_file
     from tether.plots.report import REPORT_NAME
 
     if args.out is not None:

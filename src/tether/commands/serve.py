@@ -80,7 +80,7 @@ def check_args(args) -> None:
     """The arguments the settings record does not hold, alone and in combination (ConfigError)."""
     import os
 
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     model = "a checkpoint directory or hub id"
     for flag, value, expected in (("--model", args.model, model), ("--reward-model", args.reward_model, model),
@@ -123,7 +123,7 @@ def check_args(args) -> None:
 
 
 def _check_api_key(source: str, key: str) -> None:
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     if not key.strip():
         raise ConfigError(f"{source} is empty or blank; expected a key (omit it to serve without one).")
@@ -190,7 +190,7 @@ def run(args) -> int:
         else:
             torch.seed()
         from tether.engines import EngineSettings
-        from tether.runtime import Precision, resolve_device
+        from tether.common.runtime import Precision, resolve_device
 
         where = EngineSettings(resolve_device(args.device, "--device"), Precision("fp32"))
         from tether.rollout import check_frozen

@@ -54,7 +54,7 @@ def _resume_config(args):
 
     from tether.config import from_dict
     from tether.config.saved import read_preset
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     if args.config or args.overrides:
         raise ConfigError("--resume continues a run with its saved config: drop --config and overrides.")
@@ -96,7 +96,7 @@ def already_complete(args) -> bool:
 def _check_algorithm(args) -> None:
     """``tether X`` runs algorithm X: an ``algorithm`` override or preset key naming another is an error."""
     from tether.api import given_algorithms
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     for name in given_algorithms(args.config, args.overrides):
         if name != args.command:

@@ -19,10 +19,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from tether.errors import ConfigError
-    from tether.outputs import check_output_dir
+    from tether.common.errors import ConfigError
+    from tether.common.outputs import check_output_dir
     from tether.plots.report import build_report
-    from tether.sweep import format_frontier, run_sweep
+    from tether.demo.sweep import format_frontier, run_sweep
 
     try:
         betas = [float(b) for b in args.betas.split(",") if b.strip()]

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 _MISSING = dataclasses.MISSING
 FLOAT32_MAX = 3.4028234663852886e38  # learning rates must fit torch's float32 optimiser state

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import FLOAT32_MAX, option, refuse_inert
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 
 def check_adam_step(key: str, lr: float, beta1: float = 0.9) -> None:
@@ -26,7 +26,7 @@ _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 def check_device_spec(spec: str, key: str = "run.device") -> None:
-    """The spelling of a device (no hardware check: :func:`tether.runtime.resolve_device` does that)."""
+    """The spelling of a device (no hardware check: :func:`tether.common.runtime.resolve_device` does that)."""
     if not isinstance(spec, str) or not _DEVICE.match(spec):
         what = key if key.startswith("--") else f"Config key '{key}'"
         raise ConfigError(f"{what} = {spec!r}: expected {DEVICE_CHOICES}.")

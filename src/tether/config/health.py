@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import option
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 LEVELS = ("info", "warning", "alarm")
 

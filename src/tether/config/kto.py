@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from tether.config.base import option, section
 from tether.config.common import DataConfig
 from tether.config.stages import PairStageConfig
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 
 @dataclass(frozen=True)

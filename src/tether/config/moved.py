@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 from tether.config.base import merge_override
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 
 def apply_moved_keys(cls: type, data: dict, notices: bool = True) -> dict:

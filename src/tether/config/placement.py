@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import option, section
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 ROLES = ("actor", "reference", "critic", "reward")  # the RL stages' roles
 FIELDS = ("num_workers", "num_cpus", "num_gpus", "resources")  # of each role's entry in placement.ray.roles

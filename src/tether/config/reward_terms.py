@@ -13,7 +13,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Literal
 
 from tether.config.base import option
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.registry.rewards import built_in_kinds, kinds_set, parse_args, reward_kind
 
 #: A term's name is part of a metric name (``reward/<name>``): a plain identifier.

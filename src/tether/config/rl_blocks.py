@@ -13,7 +13,7 @@ from tether.registry.algorithms import algorithm_spec
 from tether.config.base import FLOAT32_MAX, option, section
 from tether.config.common import MICRO_BATCH_TOKENS_HELP, CPUConfig, LoRAConfig, OptimizerConfig, check_micro_batches
 from tether.config.reward_terms import RewardTermConfig
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 
 @dataclass(frozen=True)

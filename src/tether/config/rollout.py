@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.config.base import option, section
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.registry.engines import DEFAULT_ENGINE, ENGINES, engine_spec
 from tether.registry.engines import help_text as engine_help
 

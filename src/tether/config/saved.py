@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.config.base import rebase_paths, read_yaml
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 #: The keys a run adds to the config it saves as ``RUN/config.yaml`` (tether.runs.prepare_run_dir):
 #: the stage that ran it and the directory it was started from. They are no config keys, but a

@@ -21,7 +21,7 @@ from tether.config.common import (
     refuse_inert_lora,
 )
 from tether.registry.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, algorithm_spec
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.registry.engines import ENGINES, engine_spec
 from tether.config.health import HealthConfig
 from tether.config.placement import FIELDS as RESOURCE_FIELDS

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.errors import DataError, one_line
+from tether.common.errors import DataError, one_line
 
 __all__ = ["Record", "load_records"]
 

@@ -12,7 +12,7 @@ import reprlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from tether.data.records import Record
-from tether.errors import DataError
+from tether.common.errors import DataError
 
 __all__ = [
     "Prompt",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tether.data.schemas import Prompt
-from tether.errors import ConfigError, DataError, ModelError
+from tether.common.errors import ConfigError, DataError, ModelError
 
 __all__ = ["use_chat_template", "encode_prompt", "encode_response", "prompt_text"]
 

@@ -8,7 +8,7 @@ import torch
 
 from tether.data.schemas import PreferenceExample, SFTExample, UnpairedExample
 from tether.data.templates import encode_prompt, encode_response
-from tether.errors import DataError, TetherError
+from tether.common.errors import DataError, TetherError
 
 __all__ = [
     "TokenizedSFT",

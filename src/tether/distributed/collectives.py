@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from tether.runtime import rank, world_size
+from tether.common.runtime import rank, world_size
 
 _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import torch
 
-from tether.errors import ConfigError, TrainingError, one_line
+from tether.common.errors import ConfigError, TrainingError, one_line
 
 #: (hostname, pid) of every rank, filled at start: which ranks are gone when a collective fails.
 _PEERS: list[tuple[str, int]] = []
@@ -108,7 +108,7 @@ class DistributedSession:
     Starts it when torchrun launched several processes (and none is running yet), records every
     rank's host and pid, and at the end destroys what it started. A collective that fails (a
     rank was killed, the network went away, ``distributed.timeout_s`` passed) comes out as one
-    :class:`~tether.errors.TrainingError` naming the lost rank when it can be told.
+    :class:`~tether.common.errors.TrainingError` naming the lost rank when it can be told.
     """
 
     device: str = "auto"
@@ -179,8 +179,9 @@ def _on_sigterm(signum, frame) -> None:
     os._exit(143)
 
 
-def init_distributed(cfg) -> DistributedSession:
-    """The session of a stage config (``run.device``, ``distributed.*``)."""
-    d = getattr(cfg, "distributed", None)
-    return DistributedSession(device=cfg.run.device, timeout_s=getattr(d, "timeout_s", 600.0),
-                              backend=getattr(d, "backend", "auto"))
+def init_distributed(device: str, distributed=None) -> DistributedSession:
+    """The session of a stage on ``device`` (``run.device``) with its ``distributed`` block (None: a
+    stage without one gets the defaults: a 600 s timeout, the backend the device implies)."""
+    if distributed is None:
+        return DistributedSession(device=device)
+    return DistributedSession(device=device, timeout_s=distributed.timeout_s, backend=distributed.backend)

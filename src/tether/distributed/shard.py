@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from tether.distributed.collectives import active, all_gather_objects
-from tether.runtime import rank, world_size
+from tether.common.runtime import rank, world_size
 from tether.types import select_rows, to_device
 
 

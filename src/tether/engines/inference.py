@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from tether.runtime import Precision
+from tether.common.runtime import Precision
 from tether.types import to_device
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tether.errors import TrainingError
+from tether.common.errors import TrainingError
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from tether.distributed.process import local_rank
-from tether.runtime import Precision, resolve_device, world_size
+from tether.common.runtime import Precision, resolve_device, world_size
 
 
 @dataclass(frozen=True)
@@ -21,21 +21,22 @@ class EngineSettings:
     padding_free: bool = True  # model.padding_free: passes pack rows where the model supports it
 
 
-def engine_settings(cfg, compile: bool | str = False) -> EngineSettings:
-    """The settings of a stage config (``run.device``, ``run.precision``, ``run.on_nonfinite``,
-    ``cpu``, ``model.padding_free``); ``run.device`` naming a device this machine lacks, or a
-    ``model.attn_implementation`` that cannot run on it (a package missing, flash-attention off
-    CUDA or in fp32, flex_attention on a CPU, which has no backward there: every stage built on
-    these settings trains a model), is a ConfigError here, before any input is read or weight loaded."""
+def engine_settings(run, model, cpu=None, compile: bool | str = False) -> EngineSettings:
+    """The settings built from the blocks they read: ``run`` (``device``, ``precision``,
+    ``on_nonfinite``), ``model`` (``attn_implementation``, ``dtype``, ``padding_free``) and the
+    stage's ``cpu`` block (None: a stage without one). ``run.device`` naming a device this machine
+    lacks, or a ``model.attn_implementation`` that cannot run on it (a package missing,
+    flash-attention off CUDA or in fp32, flex_attention on a CPU, which has no backward there: every
+    stage built on these settings trains a model), is a ConfigError here, before any input is read
+    or weight loaded."""
     from tether.models.attn_implementation import check_attention
 
-    device = resolve_device(cfg.run.device)
-    if device.type == "cuda" and device.index in (None, 0) and cfg.run.device in ("auto", "cuda") and world_size() > 1:
+    device = resolve_device(run.device)
+    if device.type == "cuda" and device.index in (None, 0) and run.device in ("auto", "cuda") and world_size() > 1:
         device = torch.device("cuda", local_rank())  # torchrun: one GPU per local rank
-    check_attention(cfg.model.attn_implementation, device, cfg.model.dtype, cfg.run.precision)
-    return EngineSettings(device=device, precision=Precision(cfg.run.precision),
-                          on_nonfinite=cfg.run.on_nonfinite, compile=compile, cpu=getattr(cfg, "cpu", None),
-                          padding_free=cfg.model.padding_free)
+    check_attention(model.attn_implementation, device, model.dtype, run.precision)
+    return EngineSettings(device=device, precision=Precision(run.precision), on_nonfinite=run.on_nonfinite,
+                          compile=compile, cpu=cpu, padding_free=model.padding_free)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from tether.distributed.collectives import all_reduce
 from tether.distributed.shard import rank_slice, take
 from tether.distributed.wrap import Wrapped
 from tether.engines.optim import NonFiniteGuard, OptimizerSpec, grad_norm, make_optimizer, make_scheduler
-from tether.runtime import Precision, is_main, world_size
+from tether.common.runtime import Precision, is_main, world_size
 from tether.types import to_device
 
 CHECK = "check/"

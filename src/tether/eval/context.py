@@ -9,8 +9,8 @@ before any weights, then each prompt once it is tokenized.
 
 from __future__ import annotations
 
-from tether.errors import ConfigError
-from tether.outputs import shown
+from tether.common.errors import ConfigError
+from tether.common.outputs import shown
 
 Context = tuple[int, str]  # (positions, whose: "the policy 'PATH'")
 
@@ -59,7 +59,7 @@ def checked_prompts(args, context: Context | None, tokenizer_path, tokenizer_key
     token ids, every length checked against ``context`` before any weights load. ``purpose``
     finishes the empty-file error: "no prompts to {purpose}"."""
     from tether.data import encode_prompt, load_records, prompt_examples
-    from tether.errors import DataError, TetherError
+    from tether.common.errors import DataError, TetherError
     from tether.models import load_tokenizer
 
     examples = prompt_examples(load_records(args.prompts, key="--prompts"))[: args.max_prompts]

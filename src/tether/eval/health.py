@@ -126,7 +126,7 @@ class Alarm:
 
 def append_alarms(path: str | Path, alarms: Iterable[Alarm]) -> None:
     """Append alarms to ``path`` (``alarms.jsonl``), one JSON object per line; no-op when empty."""
-    from tether.runtime import is_main  # local: the monitor is read by plots without torch
+    from tether.common.runtime import is_main  # local: the monitor is read by plots without torch
 
     alarms = list(alarms)
     if not alarms or not is_main():  # data parallel: rank 0 alone writes

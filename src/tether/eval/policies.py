@@ -10,7 +10,7 @@ from tether.engines import InferenceEngine, engine_settings, prepare_models
 from tether.engines.settings import EngineSettings
 from tether.roles import ModelReward, Reference
 from tether.rollout import DEFAULT_ENGINE, EngineSetup, build_engine
-from tether.runtime import Precision
+from tether.common.runtime import Precision
 
 
 @dataclass
@@ -23,7 +23,7 @@ class MeasuredPolicy:
 
 def default_settings() -> EngineSettings:
     """This machine's default device (CUDA when available, else CPU), fp32."""
-    from tether.runtime import resolve_device
+    from tether.common.runtime import resolve_device
 
     return EngineSettings(device=resolve_device("auto"), precision=Precision("fp32"))
 

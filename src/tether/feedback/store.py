@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.errors import DataError
+from tether.common.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from tqdm.auto import tqdm
 
 from tether.registry.algorithms import algorithm_spec
 from tether.registry.stages import stage_spec
-from tether.errors import ConfigError
-from tether.checkpoint import latest_checkpoint
+from tether.common.errors import ConfigError
+from tether.runs.checkpoint import latest_checkpoint
 from tether.distributed.collectives import barrier, on_main
-from tether.runtime import rank, world_size
+from tether.common.runtime import rank, world_size
 from tether.metrics import MetricsLogger
 from tether.trackers import check_installed, check_servers
 from tether.models.loading import context_length
@@ -50,7 +50,7 @@ def begin_run(cfg, stage: str, resume: bool) -> Path | None:
 
     def check() -> Path | None:
         check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
-        check_servers(cfg.run.report_to)  # the trackers' servers answer in time (tether.services)
+        check_servers(cfg.run.report_to)  # the trackers' servers answer in time (tether.common.services)
         return latest_checkpoint(cfg.run.out) if resume else None
 
     ckpt = on_main(check)  # data parallel: rank 0 checks and picks the checkpoint, every rank follows
@@ -185,7 +185,7 @@ def progress(total: int, desc: str, enabled: bool):
 
 def save_final(out: str | Path, model, tokenizer, meta: dict | None = None, card: str | None = None) -> None:
     """Put a ``save_pretrained`` checkpoint at the root of the run directory, with ``card`` (the
-    model card, :func:`tether.cards.model_card`) as its ``README.md``.
+    model card, :func:`tether.runs.cards.model_card`) as its ``README.md``.
 
     The files are staged atomically, the old manifest removed first and the new one written
     last, so ``tether_checkpoint.json`` present means the checkpoint at ``out`` is whole.

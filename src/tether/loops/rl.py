@@ -23,7 +23,7 @@ from tether.algorithms.checks import experience_of
 from tether.registry.algorithms import algorithm_spec
 from tether.algos import kl_k1, kl_k3, masked_mean, repetition_rate, sampled_entropy_estimate
 from tether.algos.off_policy import is_stats, is_weights, nonfinite_tokens
-from tether.errors import TrainingError
+from tether.common.errors import TrainingError
 from tether.loops.common import Timer
 from tether.loops.micro_batches import minibatch_order, split_by_token_budget
 from tether.loops.minibatch_stats import average_steps, mean_of, merge_role_steps
@@ -40,7 +40,7 @@ from tether.loops.rl_setup import (
 )
 from tether.rollout import SamplingParams, engine_settings_block, engine_spec
 from tether.placement import role
-from tether.runtime import rank_seed
+from tether.common.runtime import rank_seed
 from tether.types import Experience, Rollout
 
 

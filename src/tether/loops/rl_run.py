@@ -18,7 +18,7 @@ from pathlib import Path
 from tether.algorithms import algorithm
 from tether.config import RLConfig
 from tether.registry.algorithms import DEFAULT_ALGORITHM
-from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_jsonl, truncate_metrics
+from tether.runs.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_jsonl, truncate_metrics
 from tether.eval.health import HealthMonitor, append_alarms
 from tether.loops.common import announce_resume, progress
 from tether.loops.rl import RLTrainer
@@ -27,7 +27,7 @@ from tether.metrics import JsonlWriter, MetricsLogger
 from tether.distributed import broadcast_object
 from tether.placement import make_placement
 from tether.loops.stage import Final, Started, run_stage
-from tether.runtime import is_main
+from tether.common.runtime import is_main
 from tether.runs import fault_point, guarded_run
 from tether.types import Experience
 

@@ -13,11 +13,11 @@ from tether.algos import AdaptiveKLController, FixedKLController, RunningMoments
 from tether.algos.reward_terms import combine_terms, term_means
 from tether.config import RLConfig
 from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
-from tether.errors import DataError
+from tether.common.errors import DataError
 from tether.loops.common import LengthLimit, fit_to_context, notice
-from tether.targets import import_callable
+from tether.common.targets import import_callable
 from tether.rollout import SamplingParams
-from tether.runtime import rank_seed
+from tether.common.runtime import rank_seed
 
 
 @dataclass

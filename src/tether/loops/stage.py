@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.cards import model_card
+from tether.runs.cards import model_card
 from tether.engines import engine_settings
 from tether.loops.common import begin_run, log_data_counts, save_final, steps_for
 from tether.loops.supervised import SupervisedJob, padded_tokens, sequence_tokens, train_supervised
@@ -69,7 +69,7 @@ class StageBody:
 
     def start(self, cfg, checkpoint: Path | None) -> "Started":
         """Check the device, read and check the inputs, place the trained role."""
-        engine_settings(cfg)  # run.device naming a device this machine lacks: refused before any input is read
+        engine_settings(cfg.run, cfg.model, getattr(cfg, "cpu", None))  # run.device naming a device this machine lacks: refused before any input is read
         inputs = self.inputs(cfg)
         total_steps = steps_for(len(inputs.train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
         placement, built = place(cfg, self, checkpoint, inputs, total_steps)

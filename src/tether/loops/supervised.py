@@ -19,12 +19,12 @@ from pathlib import Path
 
 import torch
 
-from tether.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_metrics
+from tether.runs.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_metrics
 from tether.loops.common import announce_resume, batch_indices, progress
 from tether.loops.micro_batches import rows_by_token_budget
 from tether.metrics import MetricsLogger
 from tether.runs import fault_point
-from tether.runtime import rank_seed, world_size
+from tether.common.runtime import rank_seed, world_size
 
 
 def sequence_tokens(item) -> int:

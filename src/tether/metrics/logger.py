@@ -26,7 +26,7 @@ class MetricsLogger:
     logger never closes them: their owner does (``guarded_run``)."""
 
     def __init__(self, run_dir: str | Path, stage: str, trackers=None):
-        from tether.runtime import is_main  # local: reading metrics (plots, monitors) needs no torch
+        from tether.common.runtime import is_main  # local: reading metrics (plots, monitors) needs no torch
 
         self.path = Path(run_dir) / "metrics.jsonl"
         self.stage = stage
@@ -81,7 +81,7 @@ class JsonlWriter:
         self.path = Path(path)
 
     def write_many(self, rows: list[dict]) -> None:
-        from tether.runtime import is_main
+        from tether.common.runtime import is_main
 
         if not rows or not is_main():  # data parallel: rank 0 alone writes
             return

@@ -24,7 +24,7 @@ import functools
 import importlib.util
 import logging
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ def unsupported(name: str, named: str, class_name: str | None, have: list[str] |
 def load_error(err: Exception, name: str, named: str, cls, key: str = KEY) -> ConfigError | None:
     """``err`` from ``from_pretrained`` reworded when it is about the attention implementation
     (transformers raises a ValueError or an ImportError naming it), else None."""
-    from tether.errors import one_line
+    from tether.common.errors import one_line
 
     text = str(err)
     if name == "sdpa":  # the default never fails at load for its attention (a class without it runs eager)

@@ -29,7 +29,7 @@ from tether.algos.losses import entropy_from_logits
 from tether.models import last_layer, packing
 from tether.models.loading import score_head
 from tether.models.lora import unwrap
-from tether.runtime import AUTOCAST_DTYPES
+from tether.common.runtime import AUTOCAST_DTYPES
 
 def autocast_context(model, mode: str = "none"):
     """``torch.autocast`` at ``mode`` ("none"/"fp32", "bf16" or "fp16") on the model's device, or a no-op."""

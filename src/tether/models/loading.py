@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tether.errors import ConfigError, ModelError, one_line
+from tether.common.errors import ConfigError, ModelError, one_line
 from tether.models import attn_implementation as attention
-from tether.services import HUB_TIMEOUT_S
+from tether.common.services import HUB_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tether.errors import ConfigError, ModelError, one_line
+from tether.common.errors import ConfigError, ModelError, one_line
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_DIR = "adapter"  # where a run's final adapter goes, inside the merged model's directory

@@ -71,7 +71,7 @@ def build_dpo_roles(cfg: DPOConfig, checkpoint=None, needed=(), inputs: StageInp
     inputs = inputs or dpo_stage_inputs(cfg)
     train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
     total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
-    settings = engine_settings(cfg)
+    settings = engine_settings(cfg.run, cfg.model, cfg.cpu)
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
     engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, settings)
     autocast = engine.autocast

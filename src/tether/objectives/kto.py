@@ -41,7 +41,7 @@ from tether.algos.preference import kto_loss, kto_reference_point
 from tether.config import KTOConfig
 from tether.data import load_records, tokenize_unpaired, unpaired_examples
 from tether.engines import engine_settings
-from tether.errors import DataError
+from tether.common.errors import DataError
 from tether.loops.common import LengthLimit, data_limit, notice, steps_for
 from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.objectives.shared import (
@@ -254,7 +254,7 @@ def build_kto_roles(cfg: KTOConfig, checkpoint=None, needed=(), inputs: StageInp
     inputs = inputs or kto_stage_inputs(cfg)
     train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
     total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
-    settings = engine_settings(cfg)
+    settings = engine_settings(cfg.run, cfg.model, cfg.cpu)
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
     micro = max(1, batch // cfg.optim.grad_accum_steps)
     engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, settings)

@@ -92,7 +92,7 @@ def build_rm_roles(cfg: RewardModelConfig, checkpoint=None, needed=(), inputs: S
     inputs = inputs or rm_stage_inputs(cfg)
     train, evals, tokenizer, margins = inputs.train, inputs.evals, inputs.tokenizer, inputs.extra["margins"]
     total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
-    settings = engine_settings(cfg)
+    settings = engine_settings(cfg.run, cfg.model, cfg.cpu)
     # The head is new when starting from the SFT model (a causal LM); a trained one is kept.
     # A LoRA checkpoint holds the adapters (and the head) alone: the base comes from the config.
     source, key = resume_source(cfg, checkpoint)

@@ -16,7 +16,7 @@ from tether.data import collate_right, load_records, sft_examples, tokenize_sft
 from tether.distributed import all_reduce
 from tether.distributed.shard import strided
 from tether.engines import engine_settings
-from tether.errors import DataError
+from tether.common.errors import DataError
 from tether.loops.common import LengthLimit, data_limit, notice, steps_for
 from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.models import load_tokenizer
@@ -25,7 +25,7 @@ from tether.models.loading import load_model_config
 from tether.objectives.shared import split_holdout, trained_causal_lm
 from tether.roles.supervised import StageRoles, SupervisedModel
 from tether.runs import guarded_run
-from tether.runtime import world_size
+from tether.common.runtime import world_size
 from tether.types import to_device
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ def build_sft_roles(cfg: SFTConfig, checkpoint=None, needed=(), inputs: StageInp
     inputs = inputs or sft_stage_inputs(cfg)
     train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
     total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
-    settings = engine_settings(cfg)
+    settings = engine_settings(cfg.run, cfg.model, cfg.cpu)
     engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, settings, cfg.keep_dropout)
     pad, autocast = tokenizer.pad_token_id, engine.autocast
 

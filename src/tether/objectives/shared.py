@@ -32,7 +32,7 @@ from tether.data import collate_left, collate_right, load_records, preference_ex
 from tether.distributed import all_gather_objects
 from tether.distributed.shard import rank_slice
 from tether.engines import OptimizerSpec, TrainingEngine, engine_settings, prepare_models
-from tether.errors import DataError
+from tether.common.errors import DataError
 from tether.loops.common import LengthLimit, batch_indices, data_limit, notice, steps_for
 from tether.loops.stage import StageInputs
 from tether.models import load_causal_lm, load_tokenizer
@@ -312,7 +312,7 @@ def build_pair_roles(cfg, objective: Objective, name: str, checkpoint=None, inpu
     train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
     total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
     pad, batch = tokenizer.pad_token_id, cfg.optim.batch_size
-    engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, engine_settings(cfg))
+    engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, engine_settings(cfg.run, cfg.model, cfg.cpu))
     autocast = engine.autocast
     step: dict = {}  # this batch's counts (every rank sees the whole batch's rows here)
 

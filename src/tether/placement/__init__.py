@@ -10,7 +10,7 @@ import logging
 from tether.placement.base import Placement, RoleProxy, role
 from tether.placement.data_parallel import DataParallelPlacement
 from tether.placement.local import LocalPlacement
-from tether.runtime import world_size
+from tether.common.runtime import world_size
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def place_roles(cfg, roles):
 
 
 def _refuse_torchrun() -> None:
-    from tether.errors import ConfigError
+    from tether.common.errors import ConfigError
 
     if world_size() > 1:
         raise ConfigError("Config key 'placement.backend' = 'ray' under torchrun: a Ray placement starts its own "

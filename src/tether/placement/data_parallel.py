@@ -17,7 +17,7 @@ The loop is the one-process loop, run by every rank in step. Behind the same rol
   contiguous share of the prompts, with its own random stream, and its ``receive`` (``@answers``)
   joins every rank's share back in rank order.
 
-Which call is which is the role method's own declaration (:mod:`tether.dispatch`: ``@prompts``,
+Which call is which is the role method's own declaration (:mod:`tether.common.dispatch`: ``@prompts``,
 ``@rows``, or every rank with the same arguments); this module keeps no table of role methods.
 
 Calls run one after the other (no update threads): collectives from two threads at once could
@@ -33,12 +33,12 @@ from typing import Any
 
 from torch import Tensor
 
-from tether.dispatch import ANSWERS, ASKS, PROMPTS, ROWS, dispatch_of
+from tether.common.dispatch import ANSWERS, ASKS, PROMPTS, ROWS, dispatch_of
 from tether.distributed.collectives import all_gather_objects
 from tether.distributed.shard import gather_rows, head, shard_rows
 from tether.placement.local import LocalPlacement
 from tether.rollout.base import concat_rollouts
-from tether.runtime import rank, rank_seed, world_size
+from tether.common.runtime import rank, rank_seed, world_size
 from tether.types import Rollout, to_device
 
 

@@ -12,7 +12,7 @@ actor's and the critic's updates run at once, on their own workers). Reading cal
 log-probs, values, scores) split their batch over the group's workers and gather the results in
 order; other calls (updates, checkpoints, state) go to every worker of the group and return
 the first worker's answer (data-parallel engines agree). Which is which is the role method's
-own declaration (:mod:`tether.dispatch`); this driver holds no role objects, so each group's
+own declaration (:mod:`tether.common.dispatch`); this driver holds no role objects, so each group's
 first worker reports its roles' declarations when it has built them. Arguments travel once through Ray's
 object store per call, whatever the number of workers.
 """
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tether.dispatch import ALL, PROMPTS, ROWS
+from tether.common.dispatch import ALL, PROMPTS, ROWS
 from tether.distributed.shard import concat, head, shard_rows
-from tether.errors import ConfigError, TetherError, TrainingError, one_line
+from tether.common.errors import ConfigError, TetherError, TrainingError, one_line
 from tether.rollout.base import concat_rollouts
-from tether.services import RAY_HINT, bound_text, check_ray, ray_env, scoped_env
-from tether.runtime import rank_seed
+from tether.common.services import RAY_HINT, bound_text, check_ray, ray_env, scoped_env
+from tether.common.runtime import rank_seed
 
 RAY_VERSION = "2.60.0"
 PRIORITY = ("actor", "critic", "reference", "reward")
@@ -151,7 +151,7 @@ class RayPlacement:
         return True
 
     def _join(self, address: str, quiet: dict) -> None:
-        """``ray.init(address)`` within the services' bound (:mod:`tether.services`): the cluster is
+        """``ray.init(address)`` within the services' bound (:mod:`tether.common.services`): the cluster is
         checked first (a refused, dropped or silent address fails in at most T s, where Ray alone
         retries for minutes), then Ray gets one connection attempt."""
         ray = self.ray

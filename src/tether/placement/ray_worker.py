@@ -47,14 +47,14 @@ class RoleWorker:
         """Join the group's process group (several workers), build the roles with ``build``
         ('module:function', called as ``build(cfg, checkpoint, needed=group)``) from a config of
         ``config_class``; returns what the driver needs: each model's context length, the placed
-        role names and how each role's methods are dispatched (:func:`tether.dispatch.declarations`:
+        role names and how each role's methods are dispatched (:func:`tether.common.dispatch.declarations`:
         the driver holds no roles)."""
         from pathlib import Path
 
         from tether.config import from_dict
-        from tether.dispatch import declarations
+        from tether.common.dispatch import declarations
         from tether.distributed.process import DistributedSession
-        from tether.targets import import_callable
+        from tether.common.targets import import_callable
         from tether.runs import seed_everything
 
         cfg = from_dict(import_callable(config_class, "the stage's config class"), cfg_dict)
@@ -75,7 +75,7 @@ class RoleWorker:
         """``role.method(*args, **kwargs)``; ``seed``: seed torch first (the driver's iteration seed,
         so that sampling draws what a local run draws). Tensors come back on the CPU, generators
         as lists."""
-        from tether.dispatch import PROMPTS, dispatch_of
+        from tether.common.dispatch import PROMPTS, dispatch_of
         from tether.runs import fault_point
         from tether.types import to_device
 

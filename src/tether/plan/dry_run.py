@@ -18,7 +18,7 @@ from tether.plan.memory import (PHASES, SPLIT, Shape, Workload, default_logprob_
                                 predict_peak, sampling_peak_bytes)
 from tether.plan import meta_models
 from tether.rollout import captured_logprobs, engine_class
-from tether.targets import import_callable
+from tether.common.targets import import_callable
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Plan:
 
 
 def _world() -> int:
-    from tether.runtime import world_size
+    from tether.common.runtime import world_size
 
     return world_size()
 
@@ -62,7 +62,7 @@ def _common(plan: Plan, cfg, stage: str, resume: bool) -> None:
     check_data_parallel(cfg, stage)
     out = check_run_dir(cfg.run.out, cfg, stage, cfg.run.overwrite, resume)
     check_servers(cfg.run.report_to)  # as begin_run: the trackers' servers answer in time
-    settings = engine_settings(cfg)
+    settings = engine_settings(cfg.run, cfg.model, getattr(cfg, "cpu", None))
     exists = "continues the run there" if resume else ("replaces the run there" if out.exists() else "a new directory")
     plan.add("run", f"run.out = {out} ({exists}); seed {cfg.run.seed}")
     world = _world()
@@ -329,7 +329,7 @@ def settings_device(cfg) -> str:
     """The device type the run's engines use (cpu, cuda, ...)."""
     from tether.engines import engine_settings
 
-    return str(engine_settings(cfg).device).split(":")[0]
+    return str(engine_settings(cfg.run, cfg.model, getattr(cfg, "cpu", None)).device).split(":")[0]
 
 
 def _placement(plan: Plan, cfg, groups: list[tuple[str, ...]] | None = None) -> None:
@@ -365,6 +365,6 @@ def dry_run(stage: str, cfg, resume: bool = False) -> Plan:
     from tether.registry.stages import stage_spec
 
     spec = stage_spec(stage, "dry_run")
-    with init_distributed(cfg):
+    with init_distributed(cfg.run.device, getattr(cfg, "distributed", None)):
         return spec.planner()(cfg, stage, resume)
 

@@ -81,7 +81,7 @@ def plan_regex_reward(term, key: str, role: str, cfg, tokenizer, roles: RoleChec
 
 def plan_callable_reward(reward, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:
     """Imported as the run imports it."""
-    from tether.targets import import_callable
+    from tether.common.targets import import_callable
 
     import_callable(reward.callable, f"{key}.callable")
     roles.lines.append(f"{roles.head} the Python callable {reward.callable}")

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.registry.algorithms import DEFAULT_ALGORITHM
-from tether.errors import TetherError
+from tether.common.errors import TetherError
 from tether.plots.curves import _num, best_of_n_plot, frontier_plot, metric_panels, training_curves
 from tether.plots.run_files import locate, read_json, read_jsonl, read_yaml
 from tether.plots.overlap import ENGINE_WAIT, GENERATE, STALENESS_MAX, STALENESS_MEAN, TRAINER_WAIT, overlap_summary
@@ -370,7 +370,7 @@ COMPARE_NOTE = ("<p>Every method from the same SFT model and reward model, with 
 def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Write ``run_dir/report.html`` (or ``out``) from the run's files; return its path.
 
-    Raises :class:`~tether.errors.TetherError` when ``run_dir`` holds no ``metrics.jsonl``
+    Raises :class:`~tether.common.errors.TetherError` when ``run_dir`` holds no ``metrics.jsonl``
     (neither ``run_dir/metrics.jsonl`` nor ``run_dir/ppo/metrics.jsonl``).
     """
     files = locate(run_dir)

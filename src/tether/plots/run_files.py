@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.registry.algorithms import DEFAULT_ALGORITHM
-from tether.errors import TetherError
+from tether.common.errors import TetherError
 
 
 def read_jsonl(path: Path) -> list[dict]:

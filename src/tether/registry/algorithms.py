@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.registry.plugins import PLUGINS_ENV, claim, load_plugins
-from tether.targets import import_callable
+from tether.common.targets import import_callable
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.registry.plugins import claim, load_plugins
-from tether.targets import import_callable
+from tether.common.targets import import_callable
 
 
 @dataclass(frozen=True)

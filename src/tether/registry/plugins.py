@@ -17,7 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tether.errors import ConfigError, one_line
+from tether.common.errors import ConfigError, one_line
 
 #: The environment variable naming plugin modules (or ``.py`` files) to import before a run.
 PLUGINS_ENV = "TETHER_PLUGINS"

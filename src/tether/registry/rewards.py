@@ -6,8 +6,10 @@ a plugin's by ``kind: NAME``, its settings in ``args`` (``["key=value", ...]``, 
 declares in ``options``). The run (:func:`tether.roles.sources.build_reward`), the dry run
 (:mod:`tether.plan.rl_inputs`) and the config check read this table; importing it loads no torch.
 
-``build``: ``"module:fn"``, ``fn(term, key, cfg, tokenizer, settings) -> source``, a source with
-``score(rollout) -> (B,)`` (:class:`tether.roles.reward.RewardSource`). ``plan``: ``"module:fn"``,
+``build``: ``"module:fn"``, ``fn(term, key, context) -> source``: the term's own block, its key
+for errors, and a :class:`RewardContext` (the policy's tokenizer, the engines' settings, how models
+load); never the run's whole config. The source answers ``score(rollout) -> (B,)``
+(:class:`tether.roles.reward.RewardSource`). ``plan``: ``"module:fn"``,
 ``fn(term, key, role, cfg, tokenizer, roles)``: the run's own checks without weights, adding the
 plan's lines (and each model it loads, sized) to ``roles`` (:class:`tether.plan.rl_inputs.RoleChecks`).
 Every term's raw score is logged as ``reward/<name>``; ``logs`` says what else the kind logs.
@@ -16,10 +18,24 @@ Every term's raw score is logged as ``reward/<name>``; ``logs`` says what else t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.registry.plugins import claim, load_plugins
-from tether.targets import import_callable
+from tether.common.targets import import_callable
+
+
+@dataclass(frozen=True)
+class RewardContext:
+    """What a reward kind's builder may use besides its own term."""
+
+    #: The policy's tokenizer (a model term reads the policy's token ids; its vocabulary is checked first).
+    tokenizer: Any
+    #: The engines' settings (:class:`tether.engines.EngineSettings`: device, precision).
+    settings: Any
+    #: ``model.dtype`` and ``model.attn_implementation``: how a model the kind loads is loaded.
+    dtype: str = "auto"
+    attn_implementation: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.registry.algorithms import ALGORITHMS
 from tether.registry.plugins import claim, load_plugins
-from tether.targets import import_callable
+from tether.common.targets import import_callable
 
 #: The settings every supervised stage's model card shows (dotted config keys; absent keys are left out).
 SUPERVISED_CARD_KEYS = ("optim.lr", "optim.batch_size", "optim.grad_accum_steps", "optim.schedule",

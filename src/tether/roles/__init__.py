@@ -3,7 +3,7 @@
 (:mod:`tether.roles.supervised`). Each role runs its model through an engine (:mod:`tether.engines`;
 a trained one made by :func:`tether.roles.builder.build_trained`); no threads, no Ray, no
 optimisers of their own. How a placement dispatches a role's methods is declared on them
-(:mod:`tether.dispatch`)."""
+(:mod:`tether.common.dispatch`)."""
 
 from tether.roles.critic import Critic, SharedTrunkCritic, ValueHead
 from tether.roles.policy import Actor, PolicyOutput, PolicyWithValueHead, Reference

@@ -71,7 +71,7 @@ def build_roles(cfg: RLConfig, checkpoint: Path | None = None, needed=ROLE_NAMES
     full models, or the adapters on their bases under LoRA). ``needed``: build only these roles
     (a group of :func:`tether.roles.groups.role_groups`; the rollout engine comes with the actor)."""
     needed = set(needed) & set(role_names(cfg))
-    settings = engine_settings(cfg, cfg.rl.compile_mode if cfg.rl.compile else False)
+    settings = rl_engine_settings(cfg)
     policy_path = cfg.model.name_or_path
     tokenizer = load_tokenizer(cfg.model.tokenizer or policy_path,
                                key="model.tokenizer" if cfg.model.tokenizer else "model.name_or_path")
@@ -110,6 +110,11 @@ def build_roles(cfg: RLConfig, checkpoint: Path | None = None, needed=ROLE_NAMES
     return make_roles(cfg, actor_model, reference_model, critic_model, reward, tokenizer, settings, adapters, needed)
 
 
+def rl_engine_settings(cfg: RLConfig) -> EngineSettings:
+    """The engines' settings of an RL run: its ``run``, ``model`` and ``cpu`` blocks, and ``rl.compile``."""
+    return engine_settings(cfg.run, cfg.model, cfg.cpu, cfg.rl.compile_mode if cfg.rl.compile else False)
+
+
 def optimizer_specs(cfg: RLConfig) -> tuple[OptimizerSpec, OptimizerSpec]:
     """The actor's and the critic's AdamW and schedule, from their ``optim`` blocks, over the
     run's optimiser steps (a shared-trunk value head: the critic's learning rate in the actor's)."""
@@ -131,7 +136,7 @@ def make_roles(cfg: RLConfig, actor_model, reference_model, critic_model, reward
     ``needed``: the roles to make (a group of :func:`tether.roles.groups.role_groups`); the others are None.
     """
     needed = set(needed)
-    settings = settings or engine_settings(cfg, cfg.rl.compile_mode if cfg.rl.compile else False)
+    settings = settings or rl_engine_settings(cfg)
     adapters = adapters or {}
     if isinstance(reward, torch.nn.Module):
         reward = ModelReward(InferenceEngine(reward, settings.device, settings.precision))

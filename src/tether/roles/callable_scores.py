@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from tether.errors import ModelError, TrainingError, one_line
+from tether.common.errors import ModelError, TrainingError, one_line
 
 #: How many bad rows an error lists.
 SHOWN = 3

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tether.dispatch import rows
-from tether.errors import ModelError
+from tether.common.dispatch import rows
+from tether.common.errors import ModelError
 from tether.models.forward import response_values, scalar_head
 from tether.roles.policy import minibatch_steps
 from tether.roles.trained import TrainedRole

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tether.dispatch import rows
+from tether.common.dispatch import rows
 from tether.models.forward import logprobs_from_hidden, response_hidden, response_positions
 from tether.models.lora import unwrap
 from tether.roles.trained import TrainedRole

@@ -18,9 +18,9 @@ import time
 import torch
 from torch import Tensor
 
-from tether import services
-from tether.dispatch import rows
-from tether.errors import ModelError, one_line
+from tether.common import services
+from tether.common.dispatch import rows
+from tether.common.errors import ModelError, one_line
 from tether.roles.reward import OneTerm
 from tether.types import Rollout
 
@@ -79,7 +79,7 @@ class RemoteReward(OneTerm):
 
     def _get_within(self, url: str, seconds: float):
         """``GET url``, retried on connection errors (a server restarting), all within ``seconds``:
-        the services' bound (:mod:`tether.services`), not the scoring requests' 120 s per try."""
+        the services' bound (:mod:`tether.common.services`), not the scoring requests' 120 s per try."""
         deadline = time.monotonic() + seconds
         for attempt in range(self.retries + 1):
             try:

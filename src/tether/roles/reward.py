@@ -10,8 +10,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from tether.dispatch import rows
-from tether.errors import ConfigError
+from tether.common.dispatch import rows
+from tether.common.errors import ConfigError
 from tether.models import score_offset
 from tether.models.forward import last_token_scores
 from tether.roles.callable_scores import call_reward, reward_scores

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from tether.algos.reward_terms import combine_terms, length_penalty
-from tether.dispatch import rows
+from tether.common.dispatch import rows
 from tether.roles.reward import OneTerm, RewardSource
 from tether.types import Rollout
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from tether.config import RLConfig
 from tether.engines import EngineSettings, InferenceEngine
-from tether.errors import ModelError
+from tether.common.errors import ModelError
 from tether.models import load_scalar_model, load_tokenizer
 from tether.models.loading import has_tokenizer_files
 from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource, as_reward_source
 from tether.roles.reward_terms import ComposedReward, LengthPenaltyReward, RegexReward
-from tether.registry.rewards import kind_of
-from tether.targets import import_callable
+from tether.registry.rewards import RewardContext, kind_of
+from tether.common.targets import import_callable
 
 
 def same_vocab(tok_a, tok_b, name: str) -> None:
@@ -90,24 +90,24 @@ def critic_source(cfg: RLConfig) -> tuple[str, str]:
 
 def build_reward(cfg: RLConfig, tokenizer, settings: EngineSettings) -> RewardSource:
     """The run's reward: the ``reward`` block's one source, or a composition of named, weighted terms
-    (``reward.terms``); each source built by its kind's registry entry (:mod:`tether.registry.rewards`)."""
+    (``reward.terms``); each source built by its kind's registry entry (:mod:`tether.registry.rewards`)
+    from its own term and a :class:`RewardContext`."""
+    context = RewardContext(tokenizer, settings, cfg.model.dtype, cfg.model.attn_implementation)
     if not cfg.reward.terms:
-        return as_reward_source(kind_of(cfg.reward, "reward").builder()(cfg.reward, "reward", cfg, tokenizer,
-                                                                        settings))
+        return as_reward_source(kind_of(cfg.reward, "reward").builder()(cfg.reward, "reward", context))
     terms = []
     for i, term in enumerate(cfg.reward.terms):
         key = f"reward.terms[{i}]"
-        source = as_reward_source(kind_of(term, key).builder()(term, key, cfg, tokenizer, settings))
-        terms.append((term.name, term.weight, source))
+        terms.append((term.name, term.weight, as_reward_source(kind_of(term, key).builder()(term, key, context))))
     return ComposedReward(terms)
 
 
-def build_callable_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+def build_callable_reward(spec, key: str, context: RewardContext) -> RewardSource:
     """The ``callable`` kind: a python function of (prompts, responses)."""
     return CallableReward(import_callable(spec.callable, f"{key}.callable"), spec.callable)
 
 
-def build_remote_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+def build_remote_reward(spec, key: str, context: RewardContext) -> RewardSource:
     """The ``url`` kind: a reward server, asked once that it answers."""
     from tether.roles.remote_reward import RemoteReward
 
@@ -116,24 +116,24 @@ def build_remote_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSourc
     return remote
 
 
-def build_model_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+def build_model_reward(spec, key: str, context: RewardContext) -> RewardSource:
     """The ``models`` kind: one reward model, or an ensemble of several."""
     members = []
     for path in spec.models:  # their tokenizers: check_token_id_readers, before any weight
-        model = load_scalar_model(path, tokenizer, cfg.model.dtype, key=f"{key}.models",
-                                  attn_implementation=cfg.model.attn_implementation)
-        members.append(ModelReward(InferenceEngine(model, settings.device, settings.precision), path))
+        model = load_scalar_model(path, context.tokenizer, context.dtype, key=f"{key}.models",
+                                  attn_implementation=context.attn_implementation)
+        members.append(ModelReward(InferenceEngine(model, context.settings.device, context.settings.precision), path))
     if len(members) == 1:
         return members[0]
     return EnsembleReward(members, spec.combine, spec.std_coef)
 
 
-def build_length_penalty(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+def build_length_penalty(spec, key: str, context: RewardContext) -> RewardSource:
     """The ``length_penalty`` kind."""
     return LengthPenaltyReward(spec.length_penalty, spec.length_target)
 
 
-def build_regex_reward(spec, key: str, cfg, tokenizer, settings) -> RewardSource:
+def build_regex_reward(spec, key: str, context: RewardContext) -> RewardSource:
     """The ``regex`` kind."""
     return RegexReward(spec.regex)
 

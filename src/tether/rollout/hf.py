@@ -6,7 +6,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from tether.data import collate_left
-from tether.dispatch import prompts
+from tether.common.dispatch import prompts
 from tether.models.forward import autocast_context
 from tether.rollout.base import (
     SamplesGivenModel,

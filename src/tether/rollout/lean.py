@@ -22,7 +22,7 @@ import inspect
 import torch
 
 from tether.data import collate_left
-from tether.dispatch import prompts
+from tether.common.dispatch import prompts
 from tether.models import last_layer
 from tether.models.forward import autocast_context, check_last_layer, position_ids
 from tether.rollout.base import SamplesGivenModel, SamplingParams, StepHook, generate_chunks, no_decode_context

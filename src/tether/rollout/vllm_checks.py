@@ -21,7 +21,7 @@ import re
 import shutil
 import tempfile
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 ERROR_FORMATTER = "tether.rollout.vllm_worker.ErrorRecord"  # imported inside vLLM's processes
 
@@ -140,7 +140,7 @@ class EngineLog:
     def _directory(self) -> str:
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix=f"tether-vllm-{os.getpid()}-")
-            from tether.child_guard import remove_on_death
+            from tether.common.child_guard import remove_on_death
 
             remove_on_death(self.dir)
         return self.dir

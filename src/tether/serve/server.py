@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 BACKLOG = 2048  # uvicorn's default
 

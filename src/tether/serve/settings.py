@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 MiB = 1024 * 1024
 MAX_BATCH_WAIT_MS = 10_000  # a longer wait would only stall requests

@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from tether.errors import ConfigError, TetherError
+from tether.common.errors import ConfigError, TetherError
 
 #: tracker name -> (module to import, pip package that provides it)
 PACKAGES = {
@@ -44,7 +44,7 @@ def check_installed(names) -> None:
 
 def check_servers(names) -> None:
     """The servers that ``names``' trackers log to answer within the services' bound
-    (:mod:`tether.services`): called before a run does any work; local stores pass."""
+    (:mod:`tether.common.services`): called before a run does any work; local stores pass."""
     from tether.trackers.backends import BACKENDS
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the command's result

@@ -5,7 +5,7 @@ constructor, so a tracker that is not asked for is never imported. ``run_id`` is
 run passes back as ``resume_id`` to continue the same tracker run.
 
 An adapter whose library talks to a server has ``check_server()``, called before the run does any
-work, and ``service_note()``, the bound its library was given (both from :mod:`tether.services`).
+work, and ``service_note()``, the bound its library was given (both from :mod:`tether.common.services`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 import time
 from pathlib import Path
 
-from tether import services
+from tether.common import services
 from tether.config.base import flat_dict
 
 

@@ -4,7 +4,7 @@ builds the source, plans it for the dry run and registers it. A term selects it 
 
 import torch
 
-from tether.dispatch import rows
+from tether.common.dispatch import rows
 from tether.registry.rewards import REWARD_KINDS, RewardKindSpec, parse_args, register_reward_kind
 
 
@@ -26,7 +26,7 @@ def _settings(term, key):
     return args["word"], float(args.get("bonus", 1.0))
 
 
-def build(term, key, cfg, tokenizer, settings):
+def build(term, key, context):
     return KeywordReward(*_settings(term, key))
 
 

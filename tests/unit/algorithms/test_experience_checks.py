@@ -13,7 +13,7 @@ import torch
 from tether.algorithms import ALGORITHMS, algorithm
 from tether.algorithms.checks import check_experience, experience_of
 from tether.config import RLConfig, load_config
-from tether.errors import TrainingError
+from tether.common.errors import TrainingError
 from tether.types import Experience, Rollout
 
 B, A = 4, 3

@@ -11,7 +11,7 @@ from tether.algorithms import algorithm
 from tether.algorithms.online_dpo import PairedDPOLoss, PairedExperience, pair_sums
 from tether.algorithms.rejection_sampling import WinnerNLLLoss, winner_nll
 from tether.config import RLConfig, load_config
-from tether.errors import ConfigError, TrainingError
+from tether.common.errors import ConfigError, TrainingError
 from tether.roles.policy import PolicyOutput
 from tether.types import Experience, Rollout
 

@@ -19,7 +19,7 @@ from tether.registry.algorithms import (
     register_algorithm,
 )
 from source_scan import docstring_ids
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "tether"
 REGISTRY = SRC / "registry" / "algorithms.py"

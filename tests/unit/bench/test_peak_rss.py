@@ -59,7 +59,7 @@ def test_bench_reports_its_own_peak(monkeypatch):
 
 def test_compare_measures_each_method_in_its_own_process(tmp_path):
     """`tether compare` runs each method as a child: its peak is the child's, far below the parent's."""
-    from tether.compare import run_method
+    from tether.demo.compare import run_method
 
     big = b"y" * (PARENT_MB * 2**20)
     del big

@@ -9,7 +9,7 @@ import pytest
 
 from tether.config import from_dict, load_config, rebase_paths, replace, to_dict
 from tether.config.base import check_keys, merge_override, option
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from tether.config import (
     to_dict,
 )
 from tether.config.base import _is_config, _hints, parse_override
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "configs" / "demo"

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tether.config import RLConfig, RewardModelConfig, SFTConfig, describe, from_dict, load_config, to_dict
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 STAGES = {"sft": SFTConfig, "rm": RewardModelConfig, "ppo": RLConfig}

@@ -9,7 +9,7 @@ import pytest
 
 from tether.registry.algorithms import ALGORITHMS, AlgorithmSpec, register_algorithm
 from tether.config import RLConfig, load_config
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 MINIMAL = ["model.name_or_path=m", "prompts=p", "reward.models=[r]"]
 RS = "r" + "s"  # the registry spells the name

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tether.config import RLConfig, SFTConfig, from_dict, load_config, to_dict
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 from tests.unit.config.test_config import SFT_MIN, error_of, ppo, sft
 

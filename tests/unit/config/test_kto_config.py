@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tether.config import KTOConfig, load_config
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 from tests.unit.config.test_config import SFT_MIN, error_of
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tether.config import DPOConfig, RLConfig, RewardModelConfig, SFTConfig, load_config
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 SUPERVISED_MIN = ["model.name_or_path=m", "data.train=t.jsonl"]
 PPO_MIN = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]

@@ -7,7 +7,7 @@ import pytest
 
 from tether.config import DPOConfig, RLConfig, RewardModelConfig, SFTConfig, describe, load_config
 from tether.engines import engine_settings
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 SUPERVISED_MIN = ["model.name_or_path=m", "data.train=t.jsonl"]
 PPO_MIN = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]
@@ -51,8 +51,10 @@ def test_both_keys_are_described_with_help():
 
 
 def test_padding_free_reaches_the_engine_settings():
-    on = engine_settings(load_config(SFTConfig, None, [*SUPERVISED_MIN, "run.device=cpu"]))
-    off = engine_settings(load_config(SFTConfig, None, [*SUPERVISED_MIN, "run.device=cpu", "model.padding_free=false"]))
+    on_cfg = load_config(SFTConfig, None, [*SUPERVISED_MIN, "run.device=cpu"])
+    on = engine_settings(on_cfg.run, on_cfg.model, on_cfg.cpu)
+    off_cfg = load_config(SFTConfig, None, [*SUPERVISED_MIN, "run.device=cpu", "model.padding_free=false"])
+    off = engine_settings(off_cfg.run, off_cfg.model, off_cfg.cpu)
     assert on.padding_free is True and off.padding_free is False
 
 
@@ -62,4 +64,4 @@ def test_engine_settings_refuse_flash_attention_on_a_cpu_run_naming_the_key(monk
     monkeypatch.setattr(attention, "check_installed", lambda name, key=attention.KEY: None)  # as if installed
     cfg = load_config(SFTConfig, None, [*SUPERVISED_MIN, "run.device=cpu", "model.attn_implementation=flash_attention_2"])
     with pytest.raises(ConfigError, match=r"model.attn_implementation' = 'flash_attention_2' with the stage on cpu"):
-        engine_settings(cfg)
+        engine_settings(cfg.run, cfg.model, cfg.cpu)

@@ -10,7 +10,7 @@ import yaml
 
 from tether.config import RLConfig, describe, load_config, rebase_paths, save_config, to_dict
 from tether.config.reward_terms import RewardTermConfig
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ["model.name_or_path=m", "prompts=p", "algorithm=grpo"]  # no critic: none needs a reward model

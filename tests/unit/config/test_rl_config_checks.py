@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tether.config import RLConfig, load_config, save_config
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 MINIMAL = ["model.name_or_path=m", "prompts=p", "reward.models=[r]"]
 

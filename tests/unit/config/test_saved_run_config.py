@@ -13,7 +13,7 @@ import yaml
 from tether.registry.algorithms import ALGORITHMS
 from tether.cli import main
 from tether.config import load_config, to_dict
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.runs import prepare_run_dir
 from tether.registry.stages import stages
 

@@ -18,7 +18,7 @@ from tether.data import (
     tokenize_preference,
     tokenize_sft,
 )
-from tether.errors import DataError, TetherError
+from tether.common.errors import DataError, TetherError
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tether.data import Record, load_records
-from tether.errors import DataError
+from tether.common.errors import DataError
 
 
 def test_jsonl_rows_are_line_numbers_and_blank_lines_skipped(write):

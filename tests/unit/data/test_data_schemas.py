@@ -14,7 +14,7 @@ from tether.data import (
     prompt_examples,
     sft_examples,
 )
-from tether.errors import DataError
+from tether.common.errors import DataError
 
 U = lambda c: {"role": "user", "content": c}  # noqa: E731
 A = lambda c: {"role": "assistant", "content": c}  # noqa: E731

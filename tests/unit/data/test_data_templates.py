@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tether.data import encode_prompt, encode_response, prompt_text, use_chat_template
-from tether.errors import ConfigError, ModelError
+from tether.common.errors import ConfigError, ModelError
 
 
 def ids(tok, text):

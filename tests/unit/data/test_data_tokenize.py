@@ -14,7 +14,7 @@ from tether.data import (
     tokenize_preference,
     tokenize_sft,
 )
-from tether.errors import DataError
+from tether.common.errors import DataError
 
 
 def ids(tok, text):

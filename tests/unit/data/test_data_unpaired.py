@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tether.data import Record, UnpairedExample, tokenize_unpaired, unpaired_examples
-from tether.errors import DataError
+from tether.common.errors import DataError
 
 
 def recs(*rows, source="kto.jsonl"):

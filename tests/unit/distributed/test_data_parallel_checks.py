@@ -7,7 +7,7 @@ import pytest
 
 from tether import runs
 from tether.config import RLConfig, SFTConfig, load_config
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.loops import common
 from tether.loops.common import check_data_parallel
 

@@ -22,7 +22,8 @@ def tiny_llama() -> LlamaForCausalLM:
 
 @pytest.mark.parametrize("setting, expected", [("true", True), ("false", False)])
 def test_prepare_models_sets_padding_free_on_each_model(setting, expected):
-    settings = engine_settings(load_config(RLConfig, None, [*PPO_MIN, f"model.padding_free={setting}"]))
+    cfg = load_config(RLConfig, None, [*PPO_MIN, f"model.padding_free={setting}"])
+    settings = engine_settings(cfg.run, cfg.model, cfg.cpu)
     models = [tiny_llama(), tiny_llama()]
     prepare_models(models, settings)
     assert [padding_free(m) for m in models] == [expected, expected]

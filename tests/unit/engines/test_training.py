@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tether.engines import InferenceEngine, OptimizerSpec, TrainingEngine
-from tether.errors import TrainingError
+from tether.common.errors import TrainingError
 
 
 def model_and_data(seed: int = 0):

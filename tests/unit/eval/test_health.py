@@ -9,7 +9,7 @@ import random
 import pytest
 
 from tether.config.base import from_dict
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.eval.health import (
     RULES,
     Alarm,

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tether.errors import DataError
+from tether.common.errors import DataError
 from tether.feedback.stats import export_majority, label_stats
 from tether.feedback.store import LabelStore, Pair, left_side, load_pairs
 

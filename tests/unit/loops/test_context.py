@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.loops.common import LengthLimit, fit_to_context, smallest_context
 from tether.models import context_length
 

@@ -1,12 +1,11 @@
 """The layer order of docs/architecture.md holds for the whole package, and the loops own
 control only.
 
-Layers, lowest first: a module imports only from its own layer or a lower one (every import
-counts, those inside functions too). Each package or module of ``tether`` is placed in exactly
-one layer below (a new one must be placed before its first test run); the declared order of
-docs/architecture.md is the order of its named layers here. The registries (names and metadata
-only, which the config reads: the ``registry`` package) sit in the foundation, below the packages
-whose classes they name by string.
+The layers are the folders: ``tether/`` holds packages only (no loose module), and the chain of
+docs/architecture.md names every one of them, lowest layer first (``a & b`` share a layer). The
+order checked here is read from that chain, so no module is placed by hand. A module imports only
+from its own layer or a lower one (every import counts, those inside functions too), and no circle
+of imports joins files of different folders.
 
 The loops import neither Ray nor the CPU speedups and never read a model off a role (no ``x.model``
 attribute anywhere in ``tether/loops``; ``cfg.model`` is the config block).
@@ -27,36 +26,27 @@ ROOT = PACKAGE.parents[1]
 LOOPS = Path(tether.loops.__file__).parent
 FORBIDDEN = ("ray", "tether.engines.cpu", "vllm")
 
-#: (layer, the modules and packages in it, relative to ``tether``), lowest first; the most specific name wins.
-LAYERS = (
-    ("pure maths", ("algos",)),
-    ("records", ("types",)),
-    # What every layer may use: errors, paths, bounded waits, device and rank helpers, the config and
-    # the registries it checks names against, metrics files and their trackers, the demo tasks' data.
-    ("foundation", ("errors", "outputs", "services", "child_guard", "runtime", "config", "metrics", "trackers",
-                    "tasks", "dispatch", "targets", "registry")),
-    ("models", ("models",)),
-    ("engines", ("engines", "distributed", "data")),
-    ("run files", ("runs", "cards", "checkpoint")),
-    ("generation", ("rollout",)),
-    ("roles", ("roles",)),
-    ("placement", ("placement",)),
-    ("algorithms & loops", ("algorithms", "objectives", "loops", "eval", "plan")),
-    ("commands", ("commands", "cli", "api", "compare", "demo", "sweep", "bench", "feedback", "serve", "plots")),
-)
-RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 
-#: (importing module, imported module) -> why the upward import stays. Empty: the code follows the order.
-EXCEPTIONS: dict[tuple[str, str], str] = {}
+def documented_chain(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(layer label, its folders) from the ``a ← b & c (label) ← ...`` chain of ``text``, lowest first."""
+    chain = next(block for block in re.findall(r"```\n(.*?)```", text, re.S) if "←" in block)
+    layers = []
+    for item in chain.replace("\n", " ").split("←"):
+        label = re.search(r"\((.*?)\)", item)
+        folders = tuple(word.strip() for word in re.sub(r"\(.*?\)", "", item).split("&"))
+        layers.append((label.group(1) if label else folders[0], folders))
+    return tuple(layers)
+
+
+#: (layer, its folders of ``tether/``), lowest first: read from docs/architecture.md.
+LAYERS = documented_chain((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 
 
 def layer(module: str) -> int | None:
-    """The layer index of ``tether.<module...>`` (None: not placed)."""
-    parts = module.split(".")[1:]
-    for n in range(len(parts), 0, -1):
-        if ".".join(parts[:n]) in RANK:
-            return RANK[".".join(parts[:n])]
-    return None
+    """The layer index of ``tether.<folder>...`` (None: a folder the chain does not name)."""
+    parts = module.split(".")
+    return RANK.get(parts[1]) if len(parts) > 1 else None
 
 
 def module_of(path: Path) -> str:
@@ -101,7 +91,7 @@ def upward(module: str, tree: ast.AST, is_package: bool = False) -> list[str]:
     own = layer(module)
     return [f"{module}:{line} ({LAYERS[own][0]}) imports {name} ({LAYERS[layer(name)][0]})"
             for name, line in tether_imports(module, tree, is_package)
-            if layer(name) is not None and layer(name) > own and (module, name) not in EXCEPTIONS]
+            if layer(name) is not None and layer(name) > own]
 
 
 def test_every_module_has_a_layer():
@@ -117,19 +107,68 @@ def test_no_module_imports_a_higher_layer():
     assert not found, "imports against the layer order (docs/architecture.md):\n" + "\n".join(found)
 
 
-def test_the_exceptions_are_still_needed():
-    imports = {(m, name) for m, path, tree in package_sources()
-               for name, _ in tether_imports(m, tree, path.name == "__init__.py")}
-    assert not set(EXCEPTIONS) - imports, "drop the exceptions the code no longer needs"
+def test_the_package_holds_folders_only_and_the_chain_names_each_once():
+    entries = {p.name for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__pycache__")}
+    loose = sorted(name for name in entries if not (PACKAGE / name).is_dir())
+    assert not loose, f"tether/ holds packages only; put these in a folder of their layer: {loose}"
+    named = [folder for _, folders in LAYERS for folder in folders]
+    assert len(named) == len(set(named)), f"a folder named twice in the chain: {named}"
+    assert set(named) == entries, (f"the chain of docs/architecture.md must name every folder of tether/: "
+                                   f"missing {sorted(entries - set(named))}, not a folder {sorted(set(named) - entries)}")
+    assert named[:2] == ["algos", "types"] and LAYERS[-1][0] == "entry points"
 
 
-def test_the_documented_order_is_the_checked_one():
-    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    chain = next(block for block in re.findall(r"```\n(.*?)```", text, re.S) if "←" in block)
-    named = [re.sub(r"\(.*?\)", "", item).strip() for item in chain.replace("\n", " ").split("←")]
-    assert named[:2] == ["algos", "types"] and named[-1] == "commands"
-    ranks = [max(RANK[word.strip()] for word in item.split("&")) for item in named]
-    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks), (named, ranks)
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan, iterative)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]; counter[0] += 1; stack.append(root); on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]; counter[0] += 1; stack.append(nxt); on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop(); on_stack.discard(member); component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def folder_circles(sources) -> list[list[str]]:
+    """Circles of imports (file to file) whose files lie in more than one folder of ``tether/``."""
+    modules = {m for m, _, _ in sources}
+    graph = {m: {name for name, _ in tether_imports(m, tree, path.name == "__init__.py")
+                 if name in modules and name != m} for m, path, tree in sources}
+    return [c for c in _circles(graph) if len({m.split(".")[1] for m in c}) > 1]
+
+
+def test_no_circle_joins_files_of_different_folders():
+    assert not folder_circles(package_sources())
+
+
+def test_a_circle_across_folders_is_found():
+    a, b, c = ("tether.roles.x", "tether.roles.y", "tether.plan.z")
+    sources = [(a, PACKAGE / "x.py", ast.parse("import tether.roles.y\n")),
+               (b, PACKAGE / "y.py", ast.parse("import tether.plan.z\n")),
+               (c, PACKAGE / "z.py", ast.parse("import tether.roles.x\n"))]
+    assert folder_circles(sources) == [[c, a, b]]
+    assert folder_circles(sources[:2]) == []
 
 
 def test_the_layer_check_can_fail():

@@ -10,7 +10,7 @@ from transformers import BloomConfig, BloomForCausalLM, LlamaConfig, LlamaForCau
 from transformers.utils import logging as hf_logging
 
 import tether.models.attn_implementation as attention
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.models import load_causal_lm, load_scalar_model
 from tether.models.attn_implementation import check_attention, load_error, supported
 

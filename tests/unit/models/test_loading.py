@@ -14,7 +14,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from tether.data import collate_left, collate_right
-from tether.errors import ModelError
+from tether.common.errors import ModelError
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer, score_head, score_offset
 from tether.models.forward import last_token_scores, position_ids, response_logprobs, scalar_outputs
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tether.data.records import load_records
-from tether.errors import DataError, ModelError
+from tether.common.errors import DataError, ModelError
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.models import loading
 

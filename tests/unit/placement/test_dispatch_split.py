@@ -8,7 +8,7 @@ import torch
 
 import tether.distributed.shard as shard
 import tether.placement.data_parallel as data_parallel
-from tether.dispatch import declarations, rows
+from tether.common.dispatch import declarations, rows
 from tether.placement.data_parallel import DataParallelPlacement
 from tether.placement.local import LocalPlacement
 from tether.placement.ray_placement import Group, RayPlacement

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tether.config import RLConfig, load_config
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.placement.ray_placement import bundle, describe, import_ray, missing_resources, primary_role
 from tether.roles.groups import role_groups
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.errors import TetherError
+from tether.common.errors import TetherError
 from tether.plots.report import build_report, locate
 
 ALARM = {"name": "kl_drifting", "level": "warning", "iteration": 31,
@@ -148,7 +148,7 @@ def test_report_command(tmp_path, capsys, monkeypatch) -> None:
     bare.mkdir()
     write_jsonl(bare / "metrics.jsonl", ppo_rows(12))
     out = tmp_path / "elsewhere" / "r.html"
-    out.parent.mkdir()  # an output file's directory must exist (tether.outputs)
+    out.parent.mkdir()  # an output file's directory must exist (tether.common.outputs)
     assert report.run(parser.parse_args(["report", str(bare), "--out", str(out)])) == 0
     assert str(out) in capsys.readouterr().out and not (bare / "report.html").exists()
     text = out.read_text(encoding="utf-8")

@@ -11,7 +11,7 @@ from tether.config.common import LoRAConfig
 from tether.engines import EngineSettings, OptimizerSpec, TrainingEngine
 from tether.models.lora import is_peft
 from tether.roles.builder import build_trained, resume_adapter, resume_source
-from tether.runtime import Precision
+from tether.common.runtime import Precision
 
 SETTINGS = EngineSettings(device=torch.device("cpu"), precision=Precision("fp32"))
 SPEC = OptimizerSpec(lr=1e-3, total_steps=4)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tether.errors import ModelError, TetherError, TrainingError
+from tether.common.errors import ModelError, TetherError, TrainingError
 from tether.roles import CallableReward
 from tether.types import Rollout
 

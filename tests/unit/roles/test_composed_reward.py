@@ -9,7 +9,7 @@ import torch
 import tether.distributed.shard as shard
 import tether.placement.data_parallel as data_parallel
 from tether.config import RLConfig, load_config
-from tether.dispatch import ROWS, declarations
+from tether.common.dispatch import ROWS, declarations
 from tether.loops.rl_setup import score_rollout
 from tether.placement import role
 from tether.placement.data_parallel import DataParallelPlacement

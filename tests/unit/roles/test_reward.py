@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tether.errors import ConfigError, ModelError
+from tether.common.errors import ConfigError, ModelError
 from tether.roles import CallableReward, EnsembleReward, ModelReward, combine_scores
 from tether.types import Rollout
 

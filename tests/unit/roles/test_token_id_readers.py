@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, models
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from tether.config import RLConfig, load_config
-from tether.errors import ConfigError, ModelError
+from tether.common.errors import ConfigError, ModelError
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer
 from tether.roles.sources import check_token_id_readers, token_id_readers
 

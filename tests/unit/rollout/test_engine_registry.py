@@ -18,7 +18,7 @@ import torch
 
 import tether
 from tether.config import RLConfig, load_config
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.rollout import (ENGINES, EngineSetup, EngineSpec, GenerationEngine, SamplingParams, build_engine,
                             captured_logprobs, check_frozen, engine_class, engine_settings_block, engine_spec)
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.models.lora import merged_names
 from tether.rollout.vllm_engine import import_vllm, pack
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tether.bench.setup import SIZES, build_setup
-from tether.errors import TrainingError
+from tether.common.errors import TrainingError
 from tether.rollout import LeanGenerationEngine, SamplingParams
 from tether.rollout.worker import RolloutWorker, WorkerSpec, _load_weights
 

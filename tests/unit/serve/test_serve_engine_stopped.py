@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 MESSAGES = [{"role": "user", "content": "what is 1 + 2 ?"}]
 REASON = "RuntimeError: Unsupported CPU attention configuration: head_dim=16"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tether.config import RLConfig, load_config
-from tether.errors import ConfigError, ModelError
+from tether.common.errors import ConfigError, ModelError
 from tether.roles.remote_reward import RemoteReward
 from tether.types import Rollout
 

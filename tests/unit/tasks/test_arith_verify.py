@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.errors import DataError
+from tether.common.errors import DataError
 from tether.tasks.arith.verify import answer_reward
 
 

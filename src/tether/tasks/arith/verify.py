@@ -7,7 +7,7 @@ repetition and politeness are left to other terms (or to nothing).
 
 from __future__ import annotations
 
-from tether.errors import DataError
+from tether.common.errors import DataError
 from tether.tasks.arith.world import correct_answer, last_number, parse_prompt
 
 

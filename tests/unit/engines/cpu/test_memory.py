@@ -107,7 +107,9 @@ def test_preparing_cpu_models_applies_it_only_when_asked(fresh):
     fresh.setattr(memory, "retain_freed_memory", lambda: calls.append(1) or True)
     base = ["prompts=bench", "model.name_or_path=bench", "reward.models=[bench]", "run.device=cpu",
             "cpu.linear_backend=aten"]
-    prepare_models([], engine_settings(load_config(RLConfig, None, base)))
+    on = load_config(RLConfig, None, base)
+    prepare_models([], engine_settings(on.run, on.model, on.cpu))
     assert calls == [1]
-    prepare_models([], engine_settings(load_config(RLConfig, None, base + ["cpu.retain_memory=false"])))
+    off = load_config(RLConfig, None, base + ["cpu.retain_memory=false"])
+    prepare_models([], engine_settings(off.run, off.model, off.cpu))
     assert calls == [1]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from tether.config.common import check_device_spec
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 def resolve_device(spec: str, key: str = "run.device") -> torch.device:
     """``auto`` = CUDA when available, else CPU. A device that is not here is a ConfigError."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 
 def import_callable(spec: str, key: str | None = None) -> Callable:

@@ -4,8 +4,8 @@ Every function takes the stage's config as a config object (``tether.config.SFTC
 dict (nested, ``{"optim": {"lr": 1e-4}}``, or dotted, ``{"optim.lr": 1e-4}``) or a YAML preset's
 path, plus optional overrides (a dict of dotted keys or ``"key=value"`` strings, applied on top),
 and returns a :class:`RunResult`. It runs the same code as the command of the same name: a bad
-key or value raises the :class:`tether.errors.ConfigError` the command prints, bad data a
-:class:`tether.errors.DataError`, and so on (all :class:`tether.errors.TetherError`).
+key or value raises the :class:`tether.common.errors.ConfigError` the command prints, bad data a
+:class:`tether.common.errors.DataError`, and so on (all :class:`tether.common.errors.TetherError`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 ConfigLike = Union[Mapping, str, os.PathLike, Any]
 Overrides = Union[Mapping[str, Any], Sequence[str], None]

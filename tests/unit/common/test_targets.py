@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from tether.errors import ConfigError
-from tether.targets import import_callable
+from tether.common.errors import ConfigError
+from tether.common.targets import import_callable
 
 
 def test_import_callable_finds_function():

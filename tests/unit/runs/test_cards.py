@@ -5,7 +5,7 @@ from __future__ import annotations
 from huggingface_hub import ModelCard
 
 import tether
-from tether.cards import base_model_of, model_card
+from tether.runs.cards import base_model_of, model_card
 from tether.config import RLConfig, RewardModelConfig, SFTConfig, from_dict
 
 

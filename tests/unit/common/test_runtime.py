@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tether.errors import ConfigError
-from tether.runtime import Precision, all_reduce_mean, is_main, rank, rank_seed, resolve_device, world_size
+from tether.common.errors import ConfigError
+from tether.common.runtime import Precision, all_reduce_mean, is_main, rank, rank_seed, resolve_device, world_size
 
 
 def test_auto_is_cpu_without_cuda(monkeypatch):

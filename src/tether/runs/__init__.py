@@ -21,8 +21,8 @@ import yaml
 
 from tether.config import from_dict, rebase_paths, to_dict
 from tether.config.saved import SAVED_STAGE, SAVED_WORKDIR
-from tether.errors import ConfigError
-from tether.outputs import check_output_dir
+from tether.common.errors import ConfigError
+from tether.common.outputs import check_output_dir
 
 MANIFEST = "tether_checkpoint.json"
 
@@ -118,7 +118,7 @@ def prepare_run_dir(out: str | Path, cfg, stage: str, overwrite: bool = False, r
     ``limits`` (config key -> LengthLimit): the lengths the run uses; those the models' context
     capped are noted at the top of config.yaml (:func:`capped_header`).
     """
-    from tether.runtime import is_main
+    from tether.common.runtime import is_main
 
     if not is_main():  # data parallel: rank 0 alone writes (begin_run checked the directory on rank 0)
         return RunDir(Path(out).expanduser())
@@ -157,7 +157,7 @@ def capped_header(limits: dict | None) -> str:
     them again) and what a rerun is compared with, so a capped value there would make the same
     command look like a different run.
     """
-    from tether.cards import capped_values
+    from tether.runs.cards import capped_values
 
     capped = capped_values(limits)
     if not capped:
@@ -301,7 +301,7 @@ def guarded_run(stage_fn):
         from tether.distributed import init_distributed
 
         # Under torchrun: the process group for the stage, and a lost rank named when a collective fails.
-        with init_distributed(cfg), removed_on_early_failure():
+        with init_distributed(cfg.run.device, getattr(cfg, "distributed", None)), removed_on_early_failure():
             return stage_fn(cfg, *args, **kwargs)
 
     return run

@@ -1,4 +1,4 @@
-"""tether.services: the bound, the address parsing, and the probes against loopback servers that
+"""tether.common.services: the bound, the address parsing, and the probes against loopback servers that
 refuse, say nothing, hang up, or answer (tests/integration/test_unreachable_services.py drives the
 CLI)."""
 
@@ -12,9 +12,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from tether import services
-from tether.errors import ConfigError
-from tether.services import Unreachable
+from tether.common import services
+from tether.common.errors import ConfigError
+from tether.common.services import Unreachable
 
 BOUND = 0.5
 

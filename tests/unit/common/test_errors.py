@@ -1,6 +1,6 @@
 """one_line: a library's message shortened for a one-paragraph error, never cut inside a word."""
 
-from tether.errors import one_line
+from tether.common.errors import one_line
 
 
 def test_short_text_is_only_collapsed():

@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tether.checkpoint import complete_checkpoints
+from tether.runs.checkpoint import complete_checkpoints
 from tether.metrics.logger import read_metrics
 from tether.registry.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, load_plugins
 from tether.runs import write_json
@@ -51,7 +51,7 @@ def method_preset(method: str) -> Path:
     from tether.demo import PRESETS, preset
 
     if preset(method) is None:
-        from tether.errors import ConfigError
+        from tether.common.errors import ConfigError
 
         raise ConfigError(f"tether compare runs each method from its demo preset: write {PRESETS / method}.yaml for "
                           f"{method!r} (configs/demo/grpo.yaml is one to start from).")
@@ -164,7 +164,7 @@ def run_methods(commands: dict, jobs: int = 1, say=print) -> dict:
                 if results[key]["exit_code"] != 0:
                     failed.append(key)
     if failed:
-        from tether.errors import TrainingError
+        from tether.common.errors import TrainingError
 
         raise TrainingError("; ".join(f"`tether {commands[k][0][0]}` failed (exit {results[k]['exit_code']}); its "
                                       f"output is in {commands[k][1]}" for k in failed) + ".")

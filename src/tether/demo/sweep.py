@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tether.registry.algorithms import DEFAULT_ALGORITHM
 from tether.config import RLConfig, load_config
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.loops.rl_run import run_rl
 from tether.metrics import read_metrics
 from tether.runs import write_json

@@ -38,7 +38,7 @@ import urllib.request
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 TIMEOUT_ENV = "TETHER_SERVICE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 30.0

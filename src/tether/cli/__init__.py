@@ -1,6 +1,6 @@
 """The `tether` command. Each subcommand lives in :mod:`tether.commands`.
 
-A :class:`~tether.errors.TetherError` prints one paragraph and exits with code 2.
+A :class:`~tether.common.errors.TetherError` prints one paragraph and exits with code 2.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import sys
 
 import tether.commands as commands
-from tether.errors import ConfigError, DataError, ModelError, TetherError
+from tether.common.errors import ConfigError, DataError, ModelError, TetherError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-import tether.compare
-import tether.compare
+import tether.demo.compare
+import tether.demo.compare
 from tether.cli import main
 
 
 class FakeRuns:
-    """Stands in for :func:`tether.compare.run_method`: records each command, how many ran at
+    """Stands in for :func:`tether.demo.compare.run_method`: records each command, how many ran at
     once, and fails the commands whose ``(method, seed)`` is in ``fail``."""
 
     def __init__(self, fail=()):
@@ -63,8 +63,8 @@ def run(demo, out, *flags):
 
 def test_seeds_run_complete_comparisons_and_write_the_aggregate(demo, tmp_path, monkeypatch, capsys):
     fake = FakeRuns()
-    monkeypatch.setattr(tether.compare, "run_method", fake)
-    monkeypatch.setattr(tether.compare, "measure", fake_measure)
+    monkeypatch.setattr(tether.demo.compare, "run_method", fake)
+    monkeypatch.setattr(tether.demo.compare, "measure", fake_measure)
     out = tmp_path / "cmp"
     assert run(demo, out, "--seed", "3", "--seeds", "2", "--jobs", "2") == 0
     printed = capsys.readouterr().out
@@ -94,8 +94,8 @@ def test_seeds_run_complete_comparisons_and_write_the_aggregate(demo, tmp_path, 
 
 def test_one_seed_is_one_comparison_in_dir(demo, tmp_path, monkeypatch, capsys):
     fake = FakeRuns()
-    monkeypatch.setattr(tether.compare, "run_method", fake)
-    monkeypatch.setattr(tether.compare, "measure", fake_measure)
+    monkeypatch.setattr(tether.demo.compare, "run_method", fake)
+    monkeypatch.setattr(tether.demo.compare, "measure", fake_measure)
     out = tmp_path / "cmp"
     assert run(demo, out) == 0
     assert fake.most == 1 and not list(out.glob("seed*"))
@@ -105,8 +105,8 @@ def test_one_seed_is_one_comparison_in_dir(demo, tmp_path, monkeypatch, capsys):
 
 def test_a_failed_run_stops_new_starts_and_names_its_log(demo, tmp_path, monkeypatch, capsys):
     fake = FakeRuns(fail={("grpo", 0)})
-    monkeypatch.setattr(tether.compare, "run_method", fake)
-    monkeypatch.setattr(tether.compare, "measure", fake_measure)
+    monkeypatch.setattr(tether.demo.compare, "run_method", fake)
+    monkeypatch.setattr(tether.demo.compare, "measure", fake_measure)
     assert run(demo, tmp_path / "cmp", "--seeds", "2", "--jobs", "2") == 2
     err = capsys.readouterr().err
     assert "`tether grpo` failed (exit 1)" in err and "seed0/grpo.log" in err

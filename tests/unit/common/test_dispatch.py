@@ -1,10 +1,10 @@
-"""Role methods declare how a placement dispatches them (``tether.dispatch``): the reading
+"""Role methods declare how a placement dispatches them (``tether.common.dispatch``): the reading
 methods of the built-in roles split by rows, generation engines split by prompts, the rest go to
 every worker."""
 
 from __future__ import annotations
 
-from tether.dispatch import ALL, PROMPTS, ROWS, declarations, dispatch_of, prompts, rows
+from tether.common.dispatch import ALL, PROMPTS, ROWS, declarations, dispatch_of, prompts, rows
 from tether.roles import Actor, CallableReward, Critic, EnsembleReward, ModelReward, Reference, SharedTrunkCritic
 from tether.roles.remote_reward import RemoteReward
 from tether.rollout.hf import HFGenerationEngine

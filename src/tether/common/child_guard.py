@@ -15,7 +15,7 @@ itself after fork (vLLM's spawned processes run no at-fork hook of ours), fires 
 the workers an engine core starts in turn. The watcher needs nothing from the processes it
 guards. Linux only (it reads ``/proc``); elsewhere :func:`guard_children` does nothing.
 
-The watcher is ``python -m tether.child_guard PID``: it imports only the standard library, ignores
+The watcher is ``python -m tether.common.child_guard PID``: it imports only the standard library, ignores
 SIGINT/SIGHUP/SIGTERM (a Ctrl-C or a signal to the whole process group reaches it too, and it
 must outlive its parent to do its job), and exits as soon as its parent is gone.
 """
@@ -58,7 +58,7 @@ def guard_children() -> bool:
         if _owner == os.getpid():
             return True
         watcher = subprocess.Popen(
-            [sys.executable, "-m", "tether.child_guard", str(os.getpid())],
+            [sys.executable, "-m", "tether.common.child_guard", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
         ready = _wait_ready(watcher)
         _watcher, _owner = watcher, os.getpid()
@@ -68,7 +68,7 @@ def guard_children() -> bool:
 
         logging.getLogger(__name__).warning(
             "tether: the watcher that stops this process's children if it is killed did not start "
-            "(`%s -m tether.child_guard`); a SIGKILL would leave them running.", sys.executable)
+            "(`%s -m tether.common.child_guard`); a SIGKILL would leave them running.", sys.executable)
     return ready
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 
 
 def shown(value: object) -> str:

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from tether.distributed.collectives import all_gather_objects, barrier
-from tether.errors import TetherError
+from tether.common.errors import TetherError
 from tether.runs import MANIFEST, atomic_write_dir
-from tether.runtime import rank, world_size
+from tether.common.runtime import rank, world_size
 
 CHECKPOINTS = "checkpoints"
 

@@ -15,7 +15,7 @@ import time
 import pytest
 from pathlib import Path
 
-from tether import child_guard
+from tether.common import child_guard
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the guard reads /proc")
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 # pids and the directory as JSON, then does what argv[1] says.
 PARENT = textwrap.dedent("""
     import json, multiprocessing, os, subprocess, sys, tempfile, time
-    from tether.child_guard import guard_children, remove_on_death
+    from tether.common.child_guard import guard_children, remove_on_death
 
     def nap():
         time.sleep(120)

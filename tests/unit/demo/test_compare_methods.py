@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tether.compare import _snapshot_every, method_args, preference_methods
+from tether.demo.compare import _snapshot_every, method_args, preference_methods
 from tether.plots.compare import PALETTE, method_color, method_name
 
 

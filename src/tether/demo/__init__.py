@@ -36,7 +36,7 @@ from tether.tasks.arith import judge as arith_judge
 
 log = logging.getLogger(__name__)
 
-PRESETS = Path(__file__).resolve().parents[2] / "configs" / "demo"
+PRESETS = Path(__file__).resolve().parents[3] / "configs" / "demo"
 EVAL_REPEATS = 4
 BEST_OF_N = (1, 2, 4, 8, 16)  # samples per held-out prompt: 4 x 128 responses keep gold noise ~±0.05
 

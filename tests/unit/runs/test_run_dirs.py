@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tether.config import RLConfig, load_config, to_dict
-from tether.errors import ConfigError
+from tether.common.errors import ConfigError
 from tether.runs import check_run_dir
 
 BASE = ["model.name_or_path=m", "prompts=p.jsonl", "reward.models=[r]"]

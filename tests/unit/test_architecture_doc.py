@@ -1,7 +1,7 @@
 """docs/architecture.md's "How to add" table says how many files each kind of thing touches; this
-test holds the source to it for every registered entry: a built-in algorithm's, engine's or
-stage's module, and a reward kind's builder and planner, are known (by import or by a registry
-target) to no file but their own and their registry entry. The one-file plugins of each kind are
+test holds the source to it for every registered entry: a built-in algorithm's, engine's, stage's
+or environment's module, and a reward kind's builder and planner, are known (by import or by a
+registry target) to no file but their own and their registry entry. The one-file plugins of each kind are
 run end to end by tests/integration/test_plugin_{algorithm,kinds,stage}.py."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 
 from tether.registry.algorithms import ALGORITHMS
 from tether.registry.engines import ENGINES
+from tether.registry.environments import ENVIRONMENTS
 from tether.registry.rewards import REWARD_KINDS
 from tether.registry.stages import STAGES
 
@@ -60,6 +61,14 @@ def test_a_built_in_engine_touches_the_files_the_doc_says(name):
     known = files_knowing(module)
     assert known == {"tether/registry/engines.py"}, (name, known)
     assert 1 + len(known) <= documented_files("a generation engine") <= 3
+
+
+@pytest.mark.parametrize("name", list(ENVIRONMENTS))
+def test_a_built_in_environment_touches_the_files_the_doc_says(name):
+    module = ENVIRONMENTS[name].target.split(":")[0]
+    known = files_knowing(module)
+    assert known == {"tether/registry/environments.py"}, (name, known)
+    assert 1 + len(known) == documented_files("an environment kind")
 
 
 def test_the_check_sees_an_import(tmp_path, monkeypatch):

@@ -3,8 +3,11 @@
 An environment starts an episode from a prompt row, answers each assistant turn with an
 observation (messages), an optional per-turn reward and whether the episode is over. An entry
 names its class as ``"module:Class"`` (imported when a run builds it); a plugin is one file that
-calls :func:`register_environment`. The table is the place the episode rollouts read; it has no
-built-in entry yet, and importing it loads no torch.
+calls :func:`register_environment`. The table is the place the episode rollouts read; importing it
+loads no torch (nor the environments' code). The built-in kinds (:mod:`tether.environments`):
+``tools`` (the model calls tools, parsed from ``<tool_call>`` blocks and run bounded, until it
+answers) and ``scripted`` (follow-up user turns from the data). An entry's class answers
+:class:`tether.environments.base.Environment`.
 """
 
 from __future__ import annotations
@@ -50,3 +53,14 @@ def environment_spec(name: str, key: str = "environment") -> EnvironmentSpec:
         raise ConfigError(f"Config key '{key}' = {name!r}: expected a registered environment "
                           f"({', '.join(ENVIRONMENTS) or 'none registered'}).")
     return ENVIRONMENTS[name]
+
+
+register_environment(EnvironmentSpec(
+    "tools", "tether.environments.tool_env:ToolEnvironment",
+    "tool calls in <tool_call> blocks, run bounded on a shared pool, until the model answers without one",
+    ("messages", "prompt", "tools")))
+register_environment(EnvironmentSpec(
+    "scripted", "tether.environments.scripted:ScriptedEnvironment",
+    "follow-up user turns from the row, one per assistant turn, until they run out",
+    ("messages", "prompt", "follow_ups")))
+_BUILT_IN.update(ENVIRONMENTS)

@@ -177,6 +177,9 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
         responses=[p for r in parts for p in r.responses],
         sampled_logprobs=cat("sampled_logprobs", width_a, False, 0.0),
         sampled_entropy=cat("sampled_entropy", width_a, False, 0.0),
+        action_mask=cat("action_mask", width_a, False, 0),
+        token_rewards=cat("token_rewards", width_a, False, 0.0),
+        episodes=None if any(r.episodes is None for r in parts) else [e for r in parts for e in r.episodes],
     )
 
 

@@ -33,6 +33,21 @@ class Rollout:
     # they agree with a fresh one.
     sampled_logprobs: Tensor | None = None
     sampled_entropy: Tensor | None = None
+    # Multi-turn episodes (tether.rollout.episodes): the response holds the policy's sampled turns and
+    # the environment's observation tokens between them. ``action_mask`` (B, A) long: 1 on the tokens
+    # the policy sampled (the only ones with a loss, KL, entropy or value target), 0 on observation
+    # tokens and padding; None: every response token was sampled. ``token_rewards`` (B, A) float: the
+    # environment's per-turn rewards on the last sampled token of their turn, 0 elsewhere (None: none).
+    # ``episodes``: (B,) one record per episode (its turns, tool calls and errors, truncation,
+    # messages: :class:`tether.environments.base.EpisodeStats`), for metrics and logs.
+    action_mask: Tensor | None = None
+    token_rewards: Tensor | None = None
+    episodes: list | None = None
+
+    @property
+    def loss_mask(self) -> Tensor:
+        """(B, A) 1 on the response tokens the policy sampled: ``action_mask``, or the response mask."""
+        return self.response_mask if self.action_mask is None else self.action_mask
 
     @property
     def sequences(self) -> Tensor:
@@ -126,7 +141,8 @@ def trim_padding(rollout: Rollout) -> Rollout:
     start = min(start, rollout.prompt_mask.shape[1] - 1)  # keep at least one prompt column
     end = int(response_real.nonzero().max()) + 1 if bool(response_real.any()) else 1
     cut = {"prompt_ids": (start, None), "prompt_mask": (start, None), "response_ids": (0, end),
-           "response_mask": (0, end), "sampled_logprobs": (0, end), "sampled_entropy": (0, end)}
+           "response_mask": (0, end), "sampled_logprobs": (0, end), "sampled_entropy": (0, end),
+           "action_mask": (0, end), "token_rewards": (0, end)}
     return dataclasses.replace(rollout, **{
         name: None if getattr(rollout, name) is None else getattr(rollout, name)[:, lo:hi]
         for name, (lo, hi) in cut.items()})

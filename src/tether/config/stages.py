@@ -27,6 +27,7 @@ from tether.config.health import HealthConfig
 from tether.config.placement import FIELDS as RESOURCE_FIELDS
 from tether.config.placement import ROLES as RL_ROLES
 from tether.config.placement import PlacementConfig
+from tether.config.environment import EnvironmentConfig, check_environment
 from tether.config.rollout import RolloutConfig, check_is_correction, check_max_staleness
 from tether.config.rl_blocks import (
     BF16_RATIO_TOLERANCE,
@@ -242,6 +243,8 @@ class RLConfig:
     policy_loss: PolicyLossConfig = section(PolicyLossConfig, "The critic-free algorithms' actor loss.")
     selection: SelectionConfig = section(SelectionConfig, "Rejection sampling's winners of each group.")
     rollout: RolloutConfig = section(RolloutConfig, "Sampling.")
+    environment: EnvironmentConfig = section(EnvironmentConfig, "Multi-turn episodes: an environment answers each "
+                                                                "turn (tools, follow-up user turns).")
     optim: ActorOptimConfig = section(ActorOptimConfig, "The actor's optimiser and schedule (the critic's is "
                                                         "critic.optim).")
     kl: KLConfig = section(KLConfig, "The KL penalty to the reference.")
@@ -391,6 +394,7 @@ class RLConfig:
             )
         check_is_correction(self.rollout)
         check_max_staleness(self.rollout, self.placement)
+        check_environment(self)
         if self.critic.shared_trunk and self.ppo.critic_warmup_iters:
             raise ConfigError(
                 f"Config key 'ppo.critic_warmup_iters' = {self.ppo.critic_warmup_iters}: with "

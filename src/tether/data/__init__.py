@@ -12,7 +12,7 @@ from tether.data.schemas import (
     sft_examples,
     unpaired_examples,
 )
-from tether.data.templates import encode_prompt, encode_response, prompt_text, use_chat_template
+from tether.data.templates import encode_chat, encode_prompt, encode_response, prompt_text, use_chat_template
 from tether.data.tokenize import (
     TokenizedPreference,
     TokenizedSFT,
@@ -28,7 +28,7 @@ __all__ = [
     "Record", "load_records",
     "Prompt", "SFTExample", "PreferenceExample", "PromptExample", "UnpairedExample",
     "sft_examples", "preference_examples", "prompt_examples", "unpaired_examples",
-    "use_chat_template", "encode_prompt", "encode_response", "prompt_text",
+    "use_chat_template", "encode_chat", "encode_prompt", "encode_response", "prompt_text",
     "TokenizedSFT", "TokenizedPreference", "TokenizedUnpaired", "tokenize_sft", "tokenize_preference",
     "tokenize_unpaired",
     "collate_right", "collate_left",

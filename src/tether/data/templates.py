@@ -54,9 +54,16 @@ def encode_prompt(prompt: Prompt, tokenizer, mode: str = "auto") -> list[int]:
     return list(tokenizer(prompt, add_special_tokens=True).input_ids)
 
 
-def _apply_template(messages: list[dict], tokenizer) -> list[int]:
+def encode_chat(messages: list[dict], tokenizer, tools: list[dict] | None = None) -> list[int]:
+    """(P,) ``messages`` rendered with the tokenizer's chat template and the generation prompt,
+    offering ``tools`` (OpenAI-format schemas) to a template that renders them; a template that
+    fails is a ModelError naming the tokenizer."""
+    return _apply_template(messages, tokenizer, tools)
+
+
+def _apply_template(messages: list[dict], tokenizer, tools: list[dict] | None = None) -> list[int]:
     try:
-        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        out = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
     except Exception as e:  # jinja errors raised by the template itself ("roles must alternate", ...)
         if isinstance(e, (DataError, ModelError)):
             raise

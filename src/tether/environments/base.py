@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import reprlib
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -65,6 +65,33 @@ class Environment(Protocol):
     def reset(self, row: dict, where: str = "the prompt row") -> list[dict]: ...
 
     def step(self, assistant_text: str) -> Step: ...
+
+
+@dataclass(frozen=True)
+class EnvironmentSettings:
+    """What a run hands an environment kind (its ``environment`` block): the turn cap, the tools
+    kind's code ({name: 'module:function'}), its call timeout and pool size, a plugin's ``args``."""
+
+    max_turns: int = 4
+    tools: Mapping[str, str] = field(default_factory=dict)
+    tool_timeout_s: float = 10.0
+    tool_workers: int = 4
+    args: Mapping[str, str] = field(default_factory=dict)
+
+
+class Episodes:
+    """Makes one environment per episode (``make()``), over what they share; ``close()`` frees that
+    (a tool runner's threads). An environment class answers ``episodes(settings) -> Episodes``."""
+
+    def __init__(self, make: Callable[[], Environment], close: Callable[[], None] | None = None):
+        self._make, self._close = make, close
+
+    def __call__(self) -> Environment:
+        return self._make()
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
 
 
 @dataclass(frozen=True)

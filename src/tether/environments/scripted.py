@@ -8,7 +8,7 @@ the last one ends the episode. No reward: the run's reward sources score the who
 
 from __future__ import annotations
 
-from tether.environments.base import Step, opening_messages, row_error
+from tether.environments.base import EnvironmentSettings, Episodes, Step, opening_messages, row_error
 
 
 def follow_ups(row: dict, where: str) -> list[dict]:
@@ -36,6 +36,11 @@ class ScriptedEnvironment:
         self.tools: list[dict] = []  # a scripted conversation offers no tools
         self._pending: list[dict] = []
         self._done = True
+
+    @classmethod
+    def episodes(cls, settings: EnvironmentSettings) -> Episodes:
+        """A fresh scripted environment per episode (they share nothing)."""
+        return Episodes(cls)
 
     @staticmethod
     def check_row(row: dict, where: str = "the prompt row") -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tether.common.errors import ConfigError
-from tether.environments.base import Step, opening_messages
+from tether.environments.base import EnvironmentSettings, Episodes, Step, opening_messages
 from tether.environments.tool_calls import MalformedCall, parse_tool_calls
 from tether.environments.tools import ToolRunner, check_tools_schema, tool_message
 
@@ -38,6 +38,12 @@ class ToolEnvironment:
         self._schemas: dict[str, dict] = {}
         self._turn = 0
         self._done = True
+
+    @classmethod
+    def episodes(cls, settings: EnvironmentSettings) -> Episodes:
+        """One environment per episode over one :class:`ToolRunner` of ``settings.tools``."""
+        runner = ToolRunner(settings.tools, settings.tool_workers, settings.tool_timeout_s)
+        return Episodes(lambda: cls(runner, settings.max_turns), runner.close)
 
     @staticmethod
     def check_row(row: dict, where: str = "the prompt row") -> None:

@@ -16,7 +16,8 @@ class HeldOutEvaluator:
     Every call uses the same seed, so two evaluations differ only because the policy did.
     """
 
-    def __init__(self, prompt_ids, prompts, params: SamplingParams, seed: int, judge=None):
+    def __init__(self, prompt_ids, prompts, params: SamplingParams, seed: int, judge=None, rows=None):
+        self.rows = rows  # the prompt rows of a run with an environment: one episode each
         self.prompt_ids = prompt_ids
         self.prompts = prompts
         self.params = params
@@ -26,7 +27,7 @@ class HeldOutEvaluator:
     def samples(self, rollout, actor, reference=None, reward=None) -> EvalSamples:
         """``rollout``, ``actor``, ``reference``, ``reward``: the roles (placement proxies or objects)."""
         return evaluate_policy(rollout, actor, self.prompt_ids, self.prompts, self.params, self.seed,
-                               reward, reference, self.judge)
+                               reward, reference, self.judge, rows=self.rows)
 
     def __call__(self, rollout, actor, reference=None, reward=None) -> dict:
         """``eval/*`` metrics: proxy and gold score, KL to the reference, length, EOS rate, ..."""

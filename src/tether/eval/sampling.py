@@ -54,10 +54,13 @@ class EvalSamples:
         return out
 
 
-def seeded_rollouts(engine, prompt_ids, prompts, params: SamplingParams, seed: int, chunk_size: int = CHUNK):
+def seeded_rollouts(engine, prompt_ids, prompts, params: SamplingParams, seed: int, chunk_size: int = CHUNK,
+                    rows: list[dict] | None = None):
     """The engine's responses to every prompt, reproducible from ``seed``, as chunks of at most
-    ``chunk_size`` rows (each trimmed to the shape it was sampled in)."""
-    rollout = engine.generate(prompt_ids, prompts, params, seed=seed, chunk_size=chunk_size)
+    ``chunk_size`` rows (each trimmed to the shape it was sampled in). ``rows``: the prompt rows an
+    episode engine starts its episodes from (a run with an environment)."""
+    episodes = {} if rows is None else {"rows": rows}
+    rollout = engine.generate(prompt_ids, prompts, params, seed=seed, chunk_size=chunk_size, **episodes)
     for start in range(0, len(rollout), chunk_size):
         index = torch.arange(start, min(start + chunk_size, len(rollout)))
         yield trim_padding(select_rows(rollout, index))
@@ -73,13 +76,14 @@ def evaluate_policy(
     reward=None,
     reference=None,
     judge: Callable[[str, str, bool], float] | None = None,
+    rows: list[dict] | None = None,
 ) -> EvalSamples:
-    """Sample once per prompt with ``engine``; score by the reward source, the judge, and KL to
-    ``reference``. ``policy`` gives the log-probs and entropies (a fresh forward, not the
-    sampling pass's)."""
+    """Sample once per prompt with ``engine`` (an episode per prompt row of ``rows`` with an episode
+    engine); score by the reward source, the judge, and KL to ``reference``. ``policy`` gives the
+    log-probs and entropies (a fresh forward, not the sampling pass's)."""
     proxy, gold, kl, entropy = [], [], [], []
     responses, ended, lengths, texts = [], [], [], []
-    for ro in seeded_rollouts(engine, prompt_ids, prompts, params, seed):
+    for ro in seeded_rollouts(engine, prompt_ids, prompts, params, seed, rows=rows):
         mask = ro.response_mask
         logp, ent = policy.logprobs(ro, with_entropy=True, use_captured=False)
         entropy += masked_mean(ent, mask.to(ent.device), dim=1).tolist()

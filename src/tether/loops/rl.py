@@ -39,6 +39,7 @@ from tether.loops.rl_setup import (
     shape_scores,
 )
 from tether.rollout import SamplingParams, engine_settings_block, engine_spec
+from tether.rollout.episode_metrics import episode_metrics
 from tether.placement import role
 from tether.common.runtime import rank_seed
 from tether.types import Experience, Rollout
@@ -100,7 +101,9 @@ class RLTrainer:
         """This iteration's rollout, sampled now; or, with ``rollout.max_staleness`` >= 1, the one the
         sampling worker sampled ahead, with its staleness and the waits on either side."""
         if self.pipeline is None:
-            return self.rollout.generate(*self.next_prompts(), self.sampling), {}
+            ids, texts = self.next_prompts()
+            episodes = {} if self.prompts.rows is None else {"rows": self.prompt_rows()}
+            return self.rollout.generate(ids, texts, self.sampling, **episodes), {}
         t0 = time.perf_counter()
         got = self.pipeline.take(self.iteration)
         self.last_version = got.version
@@ -109,10 +112,17 @@ class RLTrainer:
     def next_prompts(self, iteration: int | None = None) -> tuple[list[list[int]], list[str]]:
         """Iteration ``iteration``'s (default: this one's) slice of an endless sequence of shuffled
         passes over the prompts, each repeated ``samples_per_prompt`` times (a group's rows are consecutive)."""
+        idx = self.prompt_order(iteration)
+        return [self.prompts.ids[i] for i in idx], [self.prompts.texts[i] for i in idx]
+
+    def prompt_rows(self, iteration: int | None = None) -> list[dict]:
+        """The prompt rows of :meth:`next_prompts`' prompts: what an environment starts episodes from."""
+        return [self.prompts.rows[i] for i in self.prompt_order(iteration)]
+
+    def prompt_order(self, iteration: int | None = None) -> list[int]:
         iteration = self.iteration if iteration is None else iteration
         idx = prompt_indices(len(self.prompts.ids), self.cfg.rollout.batch_size, iteration, self.cfg.run.seed)
-        idx = [i for i in idx for _ in range(self.algo.samples_per_prompt)]
-        return [self.prompts.ids[i] for i in idx], [self.prompts.texts[i] for i in idx]
+        return [i for i in idx for _ in range(self.algo.samples_per_prompt)]
 
     @torch.no_grad()
     def make_experience(self, rollout: Rollout, timer: Timer) -> tuple[Experience, dict]:
@@ -157,6 +167,8 @@ class RLTrainer:
             "response/repetition": sum(repetition_rate(r.split(), 2) for r in rollout.responses) / len(rollout.responses),
             **algo_stats, **term_stats,
         }
+        if rollout.episodes is not None:  # turns, tool calls and errors, truncation, the engine's tokens
+            stats.update(episode_metrics(rollout, logp))
         return exp, stats
 
     def update(self, exp: Experience) -> dict:

@@ -22,7 +22,7 @@ from tether.runs.checkpoint import load_trainer_state, save_checkpoint, set_rank
 from tether.eval.health import HealthMonitor, append_alarms
 from tether.loops.common import announce_resume, progress
 from tether.loops.rl import RLTrainer
-from tether.loops.rl_setup import build_evaluator, load_prompt_set, prompt_limit
+from tether.loops.rl_setup import build_evaluator, environment_class, load_prompt_set, prompt_limit
 from tether.metrics import JsonlWriter, MetricsLogger
 from tether.distributed import broadcast_object
 from tether.placement import make_placement
@@ -69,7 +69,8 @@ class RLBody:
         placement, tokenizer, contexts = make_placement(cfg, checkpoint)
         try:
             cap = prompt_limit(cfg, contexts)
-            prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
+            prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap,
+                                      environment=environment_class(cfg))
             evaluator = build_evaluator(cfg, tokenizer, cap)
         except BaseException:
             placement.close()

@@ -12,8 +12,11 @@ import torch
 from tether.algos import AdaptiveKLController, FixedKLController, RunningMoments
 from tether.algos.reward_terms import combine_terms, term_means
 from tether.config import RLConfig
-from tether.data import encode_prompt, load_records, prompt_examples, prompt_text
+from tether.config.environment import episode_budget
+from tether.data import encode_chat, encode_prompt, load_records, prompt_examples, prompt_text
 from tether.common.errors import DataError
+from tether.environments.base import opening_messages
+from tether.registry.environments import environment_spec
 from tether.loops.common import LengthLimit, fit_to_context, notice
 from tether.common.targets import import_callable
 from tether.rollout import SamplingParams
@@ -25,35 +28,59 @@ class PromptSet:
     ids: list[list[int]]  # token ids per prompt, chat template applied
     texts: list[str]  # plain text per prompt, for judges and logs
     dropped_long: int
+    rows: list[dict] | None = None  # the prompt rows an environment starts its episodes from (episodes only)
 
 
 def load_prompt_set(source: str, split: str, tokenizer, chat_template: str, max_length: int | LengthLimit,
-                    limit: int | None = None, key: str = "prompts") -> PromptSet:
-    """Encoded prompts of ``source`` (config ``key``); longer than ``max_length`` tokens: dropped, counted."""
+                    limit: int | None = None, key: str = "prompts", environment: type | None = None) -> PromptSet:
+    """Encoded prompts of ``source`` (config ``key``); longer than ``max_length`` tokens: dropped, counted.
+    With ``environment`` (an environment kind's class), every row is checked by it before any
+    training and kept for its episodes, and the prompt is its opening messages with its tools."""
     cap = max_length if isinstance(max_length, LengthLimit) else LengthLimit(max_length)
-    examples = prompt_examples(load_records(source, split, key=key))
-    if limit:
-        examples = examples[:limit]
-    ids, texts, dropped = [], [], 0
-    for ex in examples:
-        encoded = encode_prompt(ex.prompt, tokenizer, chat_template)
-        if len(encoded) > cap.tokens:
-            dropped += 1
-            continue
-        ids.append(encoded)
-        texts.append(prompt_text(ex.prompt))
+    records = load_records(source, split, key=key)
+    if environment is None:
+        examples = prompt_examples(records)
+        encoded_rows = [(encode_prompt(ex.prompt, tokenizer, chat_template), prompt_text(ex.prompt), None)
+                        for ex in (examples[:limit] if limit else examples)]
+    else:
+        encoded_rows = [episode_prompt(rec, tokenizer, environment) for rec in (records[:limit] if limit else records)]
+    kept = [row for row in encoded_rows if len(row[0]) <= cap.tokens]
+    ids, texts, rows = [r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept]
+    dropped = len(encoded_rows) - len(kept)
     why = f" ({cap.capped_by})" if cap.capped_by else ""
     if not ids:
         raise DataError(f"'{source}' ({key}): no prompt is within rollout.max_prompt_length={cap.tokens} tokens{why}.")
     if cap.capped_by and dropped:
-        notice(f"{dropped} of {len(examples)} prompts of '{source}' ({key}) dropped as longer than {cap.tokens} "
+        notice(f"{dropped} of {len(encoded_rows)} prompts of '{source}' ({key}) dropped as longer than {cap.tokens} "
                f"tokens{why}.")
-    return PromptSet(ids, texts, dropped)
+    return PromptSet(ids, texts, dropped, rows if environment is not None else None)
+
+
+def environment_class(cfg: RLConfig) -> type | None:
+    """The class of ``environment.kind`` (it checks the prompt rows), or None for single-turn rollouts."""
+    if not cfg.environment.enabled:
+        return None
+    return environment_spec(cfg.environment.kind, "environment.kind").load()
+
+
+def episode_prompt(rec, tokenizer, environment: type) -> tuple[list[int], str, dict]:
+    """(prompt ids, prompt text, the row) of one episode's prompt row, checked by its environment
+    kind (a DataError naming the file and row): the opening messages with the tools it offers."""
+    where = f"{rec.source}, row {rec.row}"
+    if not isinstance(rec.data, dict):
+        raise DataError(f"{where}: expected a JSON object per row.")
+    environment.check_row(rec.data, where)
+    env_messages = opening_messages(rec.data, where)
+    return encode_chat(env_messages, tokenizer, rec.data.get("tools") or None), prompt_text(env_messages), rec.data
 
 
 def prompt_limit(cfg: RLConfig, contexts: dict[str, int | None]) -> LengthLimit:
-    """rollout.max_prompt_length, capped so that a prompt and rollout.max_new_tokens fit every
-    model (``contexts``: model name -> context length, from the roles)."""
+    """rollout.max_prompt_length, capped so that a prompt and rollout.max_new_tokens (an episode's
+    response budget, with an environment) fit every model (``contexts``: model name -> context length,
+    from the roles)."""
+    if cfg.environment.enabled:
+        return fit_to_context(cfg.rollout.max_prompt_length, "rollout.max_prompt_length", contexts,
+                              episode_budget(cfg), "environment.max_tokens")
     return fit_to_context(cfg.rollout.max_prompt_length, "rollout.max_prompt_length", contexts,
                           cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
 
@@ -127,9 +154,10 @@ def build_evaluator(cfg: RLConfig, tokenizer, max_length: LengthLimit | None = N
     if not cfg.eval.prompts:
         return None
     held = load_prompt_set(cfg.eval.prompts, "test", tokenizer, cfg.model.chat_template,
-                           max_length or cfg.rollout.max_prompt_length, limit=cfg.eval.max_prompts, key="eval.prompts")
+                           max_length or cfg.rollout.max_prompt_length, limit=cfg.eval.max_prompts, key="eval.prompts",
+                           environment=environment_class(cfg))
     judge = import_callable(cfg.eval.judge, "eval.judge") if cfg.eval.judge else None
-    return HeldOutEvaluator(held.ids, held.texts, sampling_params(cfg), cfg.run.seed, judge)
+    return HeldOutEvaluator(held.ids, held.texts, sampling_params(cfg), cfg.run.seed, judge, held.rows)
 
 
 def iteration_seed(seed: int, iteration: int) -> int:

@@ -135,7 +135,7 @@ def _critic(cfg, tokenizer, actor_model, roles: RoleChecks):
 
 
 def rl_inputs(cfg) -> RLInputs:
-    from tether.loops.rl_setup import build_evaluator, load_prompt_set, prompt_limit
+    from tether.loops.rl_setup import build_evaluator, environment_class, load_prompt_set, prompt_limit
     from tether.models import load_tokenizer
     from tether.roles.sources import check_token_id_readers
 
@@ -166,7 +166,8 @@ def rl_inputs(cfg) -> RLInputs:
     if checked:
         lines.append(f"rollout    {checked}")
     cap = prompt_limit(cfg, contexts)
-    prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap)
+    prompts = load_prompt_set(cfg.prompts, cfg.prompts_split, tokenizer, cfg.model.chat_template, cap,
+                                      environment=environment_class(cfg))
     evaluator = build_evaluator(cfg, tokenizer, cap)
     return RLInputs(tokenizer, prompts, cap.tokens, None if evaluator is None else len(evaluator.prompt_ids),
                     actor.params, sizes, lines, cap.capped_by, actor_model.config)

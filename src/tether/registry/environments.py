@@ -46,6 +46,23 @@ def register_environment(spec: EnvironmentSpec) -> EnvironmentSpec:
     return spec
 
 
+def parse_environment_args(args: list[str], kind: str, key: str = "environment.args") -> dict[str, str]:
+    """A plugin kind's ``args`` (``["key=value", ...]``) as a dict; a malformed entry is a ConfigError."""
+    out = {}
+    for i, item in enumerate(args):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"Config key '{key}[{i}]' = {item!r}: expected key=value (the {kind} environment's "
+                              "settings).")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def is_built_in(name: str) -> bool:
+    """Whether ``name`` is one of tether's own environment kinds (they read no ``args``)."""
+    return name in _BUILT_IN
+
+
 def environment_spec(name: str, key: str = "environment") -> EnvironmentSpec:
     """The entry of ``name`` (plugins loaded); a ConfigError naming ``key`` and the choices otherwise."""
     load_plugins()

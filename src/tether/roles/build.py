@@ -12,7 +12,12 @@ from pathlib import Path
 
 import torch
 
+from tether.common.errors import ConfigError
+from tether.common.runtime import world_size
 from tether.config import RLConfig
+from tether.config.environment import episode_budget
+from tether.environments.base import EnvironmentSettings
+from tether.registry.environments import environment_spec, parse_environment_args
 from tether.engines import (
     AdapterOffEngine,
     EngineSettings,
@@ -37,6 +42,7 @@ from tether.roles.sources import (
 )
 from tether.roles.sources import reward_members as _reward_members
 from tether.rollout import captured_logprobs, make_engine
+from tether.rollout.episodes import EpisodeEngine
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +201,22 @@ def _actor_roles(cfg: RLConfig, actor_model, head, tokenizer, settings: EngineSe
     contexts[cfg.model.name_or_path] = context_length(unwrap(model))
     # The generation engine over the actor (one that holds its own weights syncs from it).
     rollout = make_engine(cfg, tokenizer, unwrap(model), actor, contexts[cfg.model.name_or_path], settings, prepared)
+    if cfg.environment.enabled:  # multi-turn episodes: the environment answers each turn
+        rollout = episode_engine(cfg, rollout, tokenizer)
     sampler = _sampler(cfg, unwrap(model), actor, rollout, tokenizer, settings) if cfg.rollout.max_staleness else None
     return actor, SharedTrunkCritic(actor) if shared else None, rollout, sampler, model
+
+
+def episode_engine(cfg: RLConfig, engine, tokenizer) -> EpisodeEngine:
+    """``engine`` sampling the episodes of ``environment.kind`` (one environment per episode)."""
+    if world_size() > 1:
+        raise ConfigError(f"Config key 'environment.kind' = {cfg.environment.kind!r} under torchrun: episodes run in "
+                          "one process for now (docs/episodes.md).")
+    env = cfg.environment
+    settings = EnvironmentSettings(env.max_turns, env.tool_targets(), env.tool_timeout_s, env.tool_workers,
+                                   parse_environment_args(env.args, env.kind))
+    episodes = environment_spec(env.kind, "environment.kind").load().episodes(settings)
+    return EpisodeEngine(engine, tokenizer, episodes, env.max_turns, episode_budget(cfg))
 
 
 def _sampler(cfg: RLConfig, lm, actor: Actor, engine, tokenizer, settings: EngineSettings):

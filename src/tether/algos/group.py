@@ -67,7 +67,9 @@ def sequence_kl_penalty(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tens
 
 def reinforce_pp_advantages(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """REINFORCE++'s advantages: (B, A) per-token rewards -> (B, A) returns-to-go
-    G_t = Σ_{s≥t} γ^{s−t} r_s, whitened over every response token of the batch."""
+    G_t = Σ_{s≥t} γ^{s−t} r_s, whitened over every response token of the batch. s runs over
+    sampled tokens (mask 1) and γ's power counts them only: mask holes are skipped
+    (:func:`gae_advantages`' rule)."""
     returns, _ = gae_advantages(rewards.float(), torch.zeros_like(rewards, dtype=torch.float32), mask, gamma, 1.0)
     return masked_whiten(returns, mask)
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from tether.algos.group import importance_ratio
-from tether.algos.masked import masked_mean
+from tether.algos.masked import masked_mean, zero_padding
 
 IS_MODES = ("none", "tis", "mis")
 
@@ -89,3 +89,16 @@ def is_stats(weights: Tensor, over: Tensor, mask: Tensor, nonfinite: Tensor | No
     if nonfinite is not None:
         stats["rollout/is_nonfinite_frac"] = float(masked_mean(nonfinite.to(weights.dtype), mask))
     return stats
+
+
+def token_mismatch(trainer_logprobs: Tensor, engine_logprobs: Tensor, mask: Tensor) -> float:
+    """max |log π_trainer − log μ_engine| over the sampled tokens of (B, A) log-probs: how far the
+    trainer's log-probs of the sampled tokens are from the engine's (0.0 when identical).
+
+    Positions with mask 0 (observation tokens, padding) are never read; an all-zero or empty mask
+    gives 0.0. A NaN at a sampled token gives NaN (a broken log-prob is reported, not hidden).
+    The difference is taken in float64.
+    """
+    diff = (trainer_logprobs.detach().double() - engine_logprobs.detach().double()).abs()
+    kept = zero_padding(diff, mask)
+    return float(kept.amax()) if kept.numel() else 0.0

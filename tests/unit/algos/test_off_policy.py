@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tether.algos.losses import ppo_policy_loss
-from tether.algos.off_policy import behaviour_ratio, is_stats, is_weights, nonfinite_tokens
+from tether.algos.off_policy import behaviour_ratio, is_stats, is_weights, nonfinite_tokens, token_mismatch
 
 # log pi_old - log mu per token: ln 0.5, 0, ln 3, ln 1.5 | ln 4, (padding: huge)
 OLD = torch.tensor([[math.log(0.5), 0.0, math.log(3.0), math.log(1.5)], [math.log(4.0), 50.0, 0.0, 0.0]])
@@ -134,3 +134,23 @@ def test_weighted_ppo_surrogate_hand_worked():
     plain = ppo_policy_loss(logp.detach(), old, adv, mask, 0.2)
     unit = ppo_policy_loss(logp.detach(), old, adv, mask, 0.2, weights=torch.ones(1, 2))
     assert float(plain.loss) == float(unit.loss) == pytest.approx(-0.5)
+
+
+def test_token_mismatch_hand_worked():
+    # sampled tokens of row 0: |−1 − (−1.25)| = 0.25, |−2 − (−2)| = 0, (hole: 3 vs −3 is ignored),
+    # |−0.5 − (−1)| = 0.5; row 1: |−4 − (−3.75)| = 0.25, then padding (NaN there is ignored)
+    # -> max = 0.5
+    trainer = torch.tensor([[-1.0, -2.0, 3.0, -0.5], [-4.0, NAN, 0.0, 0.0]])
+    engine = torch.tensor([[-1.25, -2.0, -3.0, -1.0], [-3.75, 0.0, NAN, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 1], [1, 0, 0, 0]])
+    assert token_mismatch(trainer, engine, mask) == 0.5
+    assert token_mismatch(trainer[1:], engine[1:], mask[1:]) == 0.25
+
+
+def test_token_mismatch_identical_empty_and_nan():
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, NAN]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    assert token_mismatch(logp, logp.clone(), mask) == 0.0
+    assert token_mismatch(logp, torch.full_like(logp, 5.0), torch.zeros(2, 2)) == 0.0  # no sampled token
+    assert token_mismatch(torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0, 3)) == 0.0
+    assert math.isnan(token_mismatch(logp, logp, torch.ones(2, 2)))  # a NaN on a sampled token shows

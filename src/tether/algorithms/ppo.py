@@ -94,6 +94,8 @@ class PPO:
         kl = kl_estimate(logprobs, ref_logprobs, self.kl.estimator)
         beta = kl_coef if self.kl.placement == "reward" else 0.0
         rewards, non_score = shape_rewards(scores, kl, beta, mask)
+        if rollout.token_rewards is not None:  # an environment's per-turn rewards, on their turns' last tokens
+            rewards = rewards + rollout.token_rewards.to(rewards)
         advantages, returns = gae_advantages(rewards, values, mask, self.rl.gamma, p.lam)
         if p.whiten_advantages:
             advantages = masked_whiten(advantages, mask)

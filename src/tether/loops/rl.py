@@ -37,6 +37,7 @@ from tether.loops.rl_setup import (
     sampling_params,
     score_rollout,
     shape_scores,
+    with_episode_rewards,
 )
 from tether.rollout import SamplingParams, engine_settings_block, engine_spec
 from tether.rollout.episode_metrics import episode_metrics
@@ -137,7 +138,8 @@ class RLTrainer:
         with timer("reward"):
             raw, term_stats = score_rollout(self.reward, rollout, self.cfg, logp.device)  # reward/<name> per term
         with timer("advantages"):
-            score = shape_scores(raw, rollout.ended, self.normalize, self.cfg)
+            score = with_episode_rewards(shape_scores(raw, rollout.ended, self.normalize, self.cfg), rollout,
+                                         algorithm_spec(self.cfg.algorithm).dense_rewards)
             exp, algo_stats = experience_of(self.algo, self.cfg.algorithm, rollout, logp, ref_logp, values, score,
                                             self.kl_ctl.value)  # its answer checked: (B, A) fields, a stats dict
         mask = exp.rollout.response_mask.to(logp.device)

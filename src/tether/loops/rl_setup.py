@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tether.algos import AdaptiveKLController, FixedKLController, RunningMoments
+from tether.algos import AdaptiveKLController, FixedKLController, RunningMoments, episode_totals
 from tether.algos.reward_terms import combine_terms, term_means
 from tether.config import RLConfig
 from tether.config.environment import episode_budget
@@ -175,3 +175,14 @@ def prompt_indices(n: int, batch_size: int, iteration: int, seed: int) -> list[i
             orders[pass_idx] = random.Random(seed * 1_000_003 + pass_idx).sample(range(n), n)
         out.append(orders[pass_idx][j])
     return out
+
+
+def with_episode_rewards(score: torch.Tensor, rollout, dense: bool) -> torch.Tensor:
+    """(B,) ``score`` with an environment's per-turn rewards (``rollout.token_rewards``): their
+    episode total added for an algorithm that takes one score per episode; unchanged for one that
+    reads them per token (``dense``, its registry entry's ``dense_rewards``) or without them."""
+    if rollout.token_rewards is None or dense:
+        return score
+    mask = rollout.loss_mask.to(score.device)
+    return score + episode_totals(rollout.token_rewards.to(score.device), mask).to(score.dtype)
+

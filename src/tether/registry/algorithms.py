@@ -38,6 +38,8 @@ class AlgorithmSpec:
     compares a prompt's responses with each other, so minibatches and micro-batches hold whole
     groups (the update shuffles groups, not rows). ``policy_loss``: the (ratio level, aggregation)
     that ``policy_loss.ratio_level`` and ``policy_loss.aggregation`` take when left null.
+    ``dense_rewards``: its ``experience`` reads ``rollout.token_rewards`` (an environment's per-turn
+    rewards) where they fall; an algorithm without it gets their episode total added to the score.
     """
 
     name: str
@@ -52,6 +54,7 @@ class AlgorithmSpec:
     inert_keys: tuple[str, ...] = field(default_factory=tuple)
     config_block: str | None = None
     whole_groups: bool = False
+    dense_rewards: bool = False
     policy_loss: tuple[str, str] = ("token", "token_mean")
 
     def load(self) -> type:
@@ -116,7 +119,7 @@ register_algorithm(AlgorithmSpec(
     "ppo", "tether.algorithms.ppo:PPO", "PPO",
     summary="PPO-RLHF: actor, reference, reward model and critic.",
     purpose="PPO-RLHF against a reward model, with a KL penalty to the starting policy",
-    needs_critic=True, inert_keys=("policy_loss", "group.scale_by_std")))
+    needs_critic=True, inert_keys=("policy_loss", "group.scale_by_std"), dense_rewards=True))
 register_algorithm(AlgorithmSpec(
     "grpo", "tether.algorithms.grpo:GRPO", "GRPO",
     summary="GRPO: a group of responses per prompt, the group's mean reward as baseline; no critic.",

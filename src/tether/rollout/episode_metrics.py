@@ -13,22 +13,12 @@ from __future__ import annotations
 
 import torch
 
+from tether.algos.off_policy import mismatch_rate, token_mismatch
 from tether.environments.base import batch_metrics
 from tether.types import Rollout
 
 #: A sampled token whose trainer and engine log-probs differ by more than this is a mismatch.
 MISMATCH_NATS = 0.1
-
-
-def logprob_mismatch(trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor,
-                     tolerance: float = MISMATCH_NATS) -> tuple[float, float]:
-    """(fraction of tokens with |trainer - engine| > ``tolerance``, the largest difference) over the
-    tokens where ``mask`` is 1; all (B, A). (0.0, 0.0) for an empty mask."""
-    m = mask.bool()
-    if not bool(m.any()):
-        return 0.0, 0.0
-    diff = (trainer.float() - engine.float()).abs()[m]
-    return float((diff > tolerance).float().mean()), float(diff.max())
 
 
 def episode_metrics(rollout: Rollout, trainer_logprobs: torch.Tensor | None = None) -> dict[str, float]:
@@ -46,6 +36,7 @@ def episode_metrics(rollout: Rollout, trainer_logprobs: torch.Tensor | None = No
         stats["env/turn_reward"] = sum(rewards) / len(rewards)
     if trainer_logprobs is not None and rollout.sampled_logprobs is not None:
         engine = rollout.sampled_logprobs.to(trainer_logprobs.device)
-        stats["rollout/token_mismatch"], stats["rollout/logprob_diff_max"] = logprob_mismatch(
-            trainer_logprobs, engine, sampled.to(trainer_logprobs.device))
+        sampled = sampled.to(trainer_logprobs.device)
+        stats["rollout/token_mismatch"] = mismatch_rate(trainer_logprobs, engine, sampled, MISMATCH_NATS)
+        stats["rollout/logprob_diff_max"] = token_mismatch(trainer_logprobs, engine, sampled)
     return stats

@@ -11,7 +11,8 @@ truncated).
 
 The result is one :class:`Rollout`: the prompt left-padded, the response (every sampled and
 observation token) right-padded, ``action_mask`` 1 on the sampled tokens only, the engine's
-log-probs on them (when it captured them), ``token_rewards`` (each turn's reward from the
+log-probs on them (when it captured them), ``ended`` (the episode finished, not truncated, and its
+last turn ended on the stop token), ``token_rewards`` (each turn's reward from the
 environment on that turn's last sampled token) and one :class:`EpisodeRecord` per episode.
 ``responses`` holds each episode's final assistant turn (what a reward function or judge scores as
 the answer); a reward model reads the whole sequence, observations included.
@@ -47,6 +48,7 @@ class _Episode:
     stats: EpisodeStats = field(default_factory=EpisodeStats)
     turn_rewards: list[float | None] = field(default_factory=list)
     done: bool = False
+    stopped: bool = False  # the last turn ended on the engine's stop token (not cut by the length cap)
 
     def finish(self, truncated: bool = False) -> None:
         self.done = True
@@ -105,6 +107,7 @@ class EpisodeEngine:
         ids = sampled.response_ids[row, :n].tolist()
         logprobs = None if sampled.sampled_logprobs is None else sampled.sampled_logprobs[row, :n].tolist()
         episode.tokens.add_sampled(ids, logprobs, max_tokens=self.max_tokens)
+        episode.stopped = bool(sampled.ended[row]) and not episode.tokens.truncated
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         episode.messages.append({"role": "assistant", "content": text})
         if episode.tokens.truncated:
@@ -137,7 +140,7 @@ class EpisodeEngine:
             logprobs = right([e.tokens.engine_logprobs for e in episodes], 0.0, torch.float32)
         return Rollout(
             prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids, response_mask=response_mask,
-            ended=torch.tensor([not e.stats.truncated for e in episodes]), prompts=list(prompts),
+            ended=torch.tensor([e.stopped and not e.stats.truncated for e in episodes]), prompts=list(prompts),
             responses=[final_answer(e.messages) for e in episodes], sampled_logprobs=logprobs,
             action_mask=action_mask, token_rewards=turn_rewards(episodes, width),
             episodes=[EpisodeRecord(e.stats, e.messages, e.turn_rewards) for e in episodes])

@@ -154,3 +154,15 @@ def test_token_mismatch_identical_empty_and_nan():
     assert token_mismatch(logp, torch.full_like(logp, 5.0), torch.zeros(2, 2)) == 0.0  # no sampled token
     assert token_mismatch(torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0, 3)) == 0.0
     assert math.isnan(token_mismatch(logp, logp, torch.ones(2, 2)))  # a NaN on a sampled token shows
+
+
+def test_mismatch_rate_counts_sampled_tokens_beyond_the_tolerance():
+    from tether.algos.off_policy import mismatch_rate
+
+    trainer = torch.tensor([[-1.0, -2.0, -3.0, -4.0], [-0.5, -0.5, -9.0, 0.0]])
+    engine = torch.tensor([[-1.0, -2.05, -5.0, -4.0], [-0.5, float("nan"), 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    # sampled diffs: 0, 0.05, 2.0 | 0, nan -> beyond 0.1: 2.0 and nan, 2 of 5
+    assert mismatch_rate(trainer, engine, mask, 0.1) == pytest.approx(2 / 5)
+    assert mismatch_rate(trainer, engine, mask, 3.0) == pytest.approx(1 / 5)  # the NaN still counts
+    assert mismatch_rate(trainer, engine, torch.zeros_like(mask), 0.1) == 0.0

@@ -19,6 +19,7 @@ from tether.plan.memory import (PHASES, SPLIT, Shape, Workload, default_logprob_
 from tether.plan import meta_models
 from tether.rollout import captured_logprobs, engine_class
 from tether.common.targets import import_callable
+from tether.config.environment import episode_budget
 
 
 @dataclass
@@ -279,8 +280,11 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
     p, world = cfg.rl, _world()
     episodes = cfg.episodes
     per_prompt = f" x {cfg.samples_per_prompt} responses" if cfg.samples_per_prompt > 1 else ""
+    response = episode_budget(cfg) if cfg.environment.enabled else cfg.rollout.max_new_tokens
+    turns = (f" ({cfg.environment.kind} environment: up to {cfg.environment.max_turns} turns of "
+             f"{cfg.rollout.max_new_tokens} new tokens, observations included)" if cfg.environment.enabled else "")
     plan.add("batches", f"rollout: {cfg.rollout.batch_size} prompts{per_prompt} = {episodes} episodes per iteration, "
-                        f"up to {cfg.rollout.max_new_tokens} new tokens each")
+                        f"up to {response} response tokens each{turns}")
     minibatches = math.ceil(episodes / p.minibatch_size)
     micro = p.minibatch_size // p.grad_accum_steps // world
     split = (f"micro-batches of at most {p.micro_batch_tokens} tokens, {_budget_cost(cfg)}"
@@ -296,7 +300,7 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
     prompt = max((len(ids) for ids in prompts.ids), default=inputs.prompt_limit)
     _peak(plan, inputs.actor_config, inputs.role_sizes, Workload(
         stage, micro_batch=max(1, micro), batch=max(1, episodes // world), prompt=prompt,
-        response=cfg.rollout.max_new_tokens, precision=cfg.run.precision, dtype=cfg.model.dtype,
+        response=response, precision=cfg.run.precision, dtype=cfg.model.dtype,
         grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.rl.entropy_coef > 0,
         parallel_roles=bool(getattr(cfg.cpu, "parallel_roles", False)) and settings_device(cfg) == "cpu",
         retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)) and settings_device(cfg) == "cpu",

@@ -91,3 +91,28 @@ def test_environment_settings_are_checked(trained, tmp_path, capsys):
     assert "environment.tools" in capsys.readouterr().err  # the scripted kind runs no tools
     assert main(["grpo", *base, "environment.kind=nope"]) == 2
     assert "environment.kind" in capsys.readouterr().err
+
+
+def test_a_sigkilled_episode_run_resumes_bit_for_bit(tiny_task, tmp_path):
+    """PPO on three-turn episodes, SIGKILLed once its first checkpoint is complete, then resumed:
+    the metrics and the weights are those of the uninterrupted run (an episode lives inside one
+    iteration, and every draw of an iteration derives from the run's seed and its number)."""
+    from tether.config import RLConfig, load_config
+    from tether.loops.rl_run import run_rl
+    from tests.integration.test_resume import _cli, comparable, kill_at_first_checkpoint, ppo_overrides, same_weights
+
+    prompts = scripted_prompts(tiny_task["dir"], tmp_path / "episodes.jsonl")
+
+    def overrides(out):
+        base = [o for o in ppo_overrides(tiny_task["dir"], out) if not o.startswith(("prompts=", "rollout.max_new"))]
+        return [*base, f"prompts={prompts}", "rollout.max_new_tokens=6", "environment.kind=scripted",
+                "environment.max_turns=3", "environment.max_tokens=40"]
+
+    reference = tmp_path / "reference"
+    run_rl(load_config(RLConfig, None, overrides(reference)))
+    out = tmp_path / "run"
+    kill_at_first_checkpoint(overrides(out), out)
+    resumed = _cli(["ppo", "--resume", str(out)])
+    assert resumed.returncode == 0, resumed.stderr
+    assert comparable(out) == comparable(reference)
+    assert same_weights(out, reference)

@@ -47,11 +47,14 @@ def sample_rows(iteration: int, exp: Experience, n: int, version: int | None = N
     ``version``: the weights version that sampled it (asynchronous runs), recorded on each row."""
     ro = exp.rollout
     tag = {} if version is None else {"version": version}
-    return [
+    rows = [
         {"iteration": iteration, "prompt": ro.prompts[i], "response": ro.responses[i],
          "score": float(exp.scores[i]), "ended": bool(ro.ended[i]), **tag}
         for i in range(min(n, len(ro.prompts)))
     ]
+    for i, row in enumerate(rows if ro.episodes is not None else []):  # an episode: its whole conversation
+        row.update(turns=ro.episodes[i].stats.turns, messages=ro.episodes[i].messages)
+    return rows
 
 
 @dataclass

@@ -332,7 +332,7 @@ def _samples_section(samples: list[dict] | None, summary: Any) -> str:
                "rising score with degenerate text is reward hacking (ref. 004: manual spot-checks).</p>")
         extra = [k for k in ("gold", "ended") if any(k in s for s in samples)]
         for it, name in picks:
-            rows = [[s.get("prompt", ""), s.get("response", ""), _num(s.get("score")), *[s.get(k) for k in extra]]
+            rows = [[s.get("prompt", ""), _conversation(s), _num(s.get("score")), *[s.get(k) for k in extra]]
                     for s in by_it[it][:SAMPLES_PER_GROUP]]
             out += f"<h3>{name.capitalize()}: iteration {it}</h3>"
             out += _table(["prompt", "response", "score", *extra], rows, text_cols=(0, 1))
@@ -342,6 +342,16 @@ def _samples_section(samples: list[dict] | None, summary: Any) -> str:
         return ("<p>Held-out prompts answered by the SFT policy and by the PPO policy (same sampling seed).</p>"
                 + _table(["prompt", "SFT", "PPO"], rows, text_cols=(0, 1, 2)))
     return '<p class="muted">No <code>samples.jsonl</code> and no samples in <code>summary.json</code>.</p>'
+
+
+def _conversation(sample: dict) -> str:
+    """A sample's response; for an episode (``messages``), every turn after the opening user
+    message as ``role: content`` lines (tool calls and results included)."""
+    messages = sample.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return sample.get("response", "")
+    first = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"), 0)
+    return "\n".join(f"{m.get('role', '?')}: {m.get('content', '')}" for m in messages[first:] if isinstance(m, dict))
 
 
 def _as_list(data: Any, *keys: str) -> list[dict]:

@@ -12,11 +12,16 @@ def gae_advantages(
     gamma: float,
     lam: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Advantages and returns, all (B, A) (mask right-padded: 1s then 0s).
+    """Advantages and returns, all (B, A), over the steps where ``mask`` is 1.
 
-    delta_t = r_t + gamma * V_{t+1} * m_{t+1} - V_t   (V after the last real token is 0)
-    A_t     = delta_t + gamma * lam * A_{t+1}
+    delta_t = r_t + gamma * V_{t'} - V_t   (t' the next step where mask is 1; V after the last is 0)
+    A_t     = delta_t + gamma * lam * A_{t'}
     returns = A + V. Masked positions of both outputs are 0. Pass detached inputs.
+
+    A 0 inside a row (a multi-turn episode's observation tokens between two sampled turns) is
+    not a step and not an end: it is skipped, so the next turn's first sampled token follows the
+    last one of this turn and the score at the episode's last sampled token reaches every turn.
+    With a right-padded mask (1s then 0s) nothing is skipped but the padding.
     """
     m = mask.bool()
     zero = torch.zeros((), dtype=values.dtype, device=values.device)
@@ -30,7 +35,9 @@ def gae_advantages(
         delta = r[:, t] + gamma * next_value - v[:, t]  # TD residual (Schulman et al. 2016, eq. 10)
         adv = torch.where(m[:, t], delta + gamma * lam * next_adv, zero)
         cols.append(adv)
-        next_value, next_adv = v[:, t], adv
+        # A masked position passes the next step's value and advantage on (selected, never computed).
+        next_value = torch.where(m[:, t], v[:, t], next_value)
+        next_adv = torch.where(m[:, t], adv, next_adv)
     advantages = torch.stack(cols[::-1], dim=1)
     returns = torch.where(m, advantages + v, zero)
     return advantages, returns

@@ -40,10 +40,10 @@ class ClippedPolicyLoss:
         return self.entropy_coef > 0
 
     def micro_weight(self, mb: Experience) -> float:
-        return aggregation_weight(mb.rollout.response_mask, self.aggregation)
+        return aggregation_weight(mb.rollout.loss_mask, self.aggregation)
 
     def __call__(self, out, mb: Experience) -> tuple[Tensor, dict]:
-        logp, mask = out.logprobs, mb.rollout.response_mask
+        logp, mask = out.logprobs, mb.rollout.loss_mask
         m = mask.bool()
         zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
         token_ratio = importance_ratio(logp, mb.logprobs, m)

@@ -14,7 +14,7 @@ from tether.types import Experience, Rollout
 
 class GRPO(CriticFree):
     def experience(self, rollout: Rollout, logprobs, ref_logprobs, values, scores, kl_coef: float):
-        mask = rollout.response_mask.to(logprobs.device)
+        mask = rollout.loss_mask.to(logprobs.device)
         kl, beta = self.kl_in_reward(logprobs, ref_logprobs, kl_coef)
         shaped = sequence_kl_penalty(scores, kl, mask, beta)
         g = self.samples_per_prompt

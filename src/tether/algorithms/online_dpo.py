@@ -39,7 +39,7 @@ class PairedExperience(Experience):
 
 
 def pair_sums(logp: Tensor, ref_logp: Tensor, mask: Tensor, sign: Tensor, group_size: int) -> tuple[Tensor, ...]:
-    """(B, A) log-probs of the policy and the reference, (B, A) response mask, (B,) pair signs ->
+    """(B, A) log-probs of the policy and the reference, (B, A) sampled-token mask, (B,) pair signs ->
     (G,) summed response log-probs of each group's chosen and rejected response (policy chosen,
     policy rejected, reference chosen, reference rejected; 0 in a group without a pair) and (G,)
     whether the group has a pair.
@@ -71,7 +71,7 @@ class PairedDPOLoss:
         return float((mb.pair_sign == CHOSEN).sum())
 
     def __call__(self, out, mb: PairedExperience) -> tuple[Tensor, dict]:
-        logp, mask = out.logprobs, mb.rollout.response_mask.to(out.logprobs.device)
+        logp, mask = out.logprobs, mb.rollout.loss_mask.to(out.logprobs.device)
         groups = mb.group_id.reshape(-1, self.group_size) if len(mb.group_id) % self.group_size == 0 else None
         if groups is None or bool((groups != groups[:, :1]).any()):
             raise TrainingError(

@@ -45,7 +45,7 @@ class PPOActorLoss:
         return self.entropy_coef > 0
 
     def __call__(self, out, mb: Experience) -> tuple[Tensor, dict]:
-        logp, mask = out.logprobs, mb.rollout.response_mask
+        logp, mask = out.logprobs, mb.rollout.loss_mask
         # Before any update the new and rollout policies are the same model: the loop checks
         # that the ratio is 1 on the first minibatch (wrong temperature, positions, dropout).
         deviation = torch.where(mask.bool(), (logp.detach() - mb.logprobs).exp() - 1, torch.zeros_like(logp)).abs()
@@ -76,7 +76,7 @@ class PPOCriticLoss:
     clip: float | None
 
     def __call__(self, values: Tensor, mb: Experience) -> tuple[Tensor, dict]:
-        vl = value_loss(values, mb.values, mb.returns, mb.rollout.response_mask, self.clip)
+        vl = value_loss(values, mb.values, mb.returns, mb.rollout.loss_mask, self.clip)
         return self.vf_coef * vl.loss, {"ppo/val/loss": float(vl.loss.detach()), "ppo/val/clipfrac": vl.clipfrac}
 
 
@@ -90,7 +90,7 @@ class PPO:
 
     def experience(self, rollout: Rollout, logprobs: Tensor, ref_logprobs: Tensor, values: Tensor | None,
                    scores: Tensor, kl_coef: float) -> tuple[Experience, dict]:
-        p, mask = self.ppo, rollout.response_mask
+        p, mask = self.ppo, rollout.loss_mask  # the sampled tokens
         kl = kl_estimate(logprobs, ref_logprobs, self.kl.estimator)
         beta = kl_coef if self.kl.placement == "reward" else 0.0
         rewards, non_score = shape_rewards(scores, kl, beta, mask)

@@ -12,7 +12,7 @@ from tether.types import Experience, Rollout
 
 class ReinforcePP(CriticFree):
     def experience(self, rollout: Rollout, logprobs, ref_logprobs, values, scores, kl_coef: float):
-        mask = rollout.response_mask.to(logprobs.device)
+        mask = rollout.loss_mask.to(logprobs.device)
         kl, beta = self.kl_in_reward(logprobs, ref_logprobs, kl_coef)
         rewards, non_score = shape_rewards(scores, kl, beta, mask)
         advantages = reinforce_pp_advantages(rewards, mask, self.cfg.rl.gamma)

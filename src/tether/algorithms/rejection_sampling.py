@@ -54,23 +54,25 @@ class WinnerNLLLoss:
             kl_term = (zero_padding(kl, w)).sum() / winners.sum().clamp(min=1)
             loss = loss + self.kl_coef * kl_term
             stats["ppo/policy/kl_loss"] = float(kl_term.detach())
-        stats.update(rollout_ratio_stats(logp, mb.logprobs, mb.rollout.response_mask.to(logp.device), winners))
+        stats.update(rollout_ratio_stats(logp, mb.logprobs, mb.rollout.loss_mask.to(logp.device), winners))
         stats["ppo/policy/loss"] = float(nll.detach())
         return loss, stats
 
 
 class RejectionSampling(CriticFree):
     def experience(self, rollout: Rollout, logprobs, ref_logprobs, values, scores, kl_coef: float):
-        mask = rollout.response_mask.to(logprobs.device)
+        mask = rollout.loss_mask.to(logprobs.device)
         kl, beta = self.kl_in_reward(logprobs, ref_logprobs, kl_coef)
         shaped = sequence_kl_penalty(scores, kl, mask, beta)
         sel = self.cfg.selection
         won = best_of_group(shaped, self.samples_per_prompt, sel.keep, sel.min_score)
         winners = zero_padding(won.to(logprobs.dtype)[:, None].expand_as(logprobs), mask)
+        lengths = rollout.lengths.to(logprobs.device)
         stats = {"objective/non_score_reward": float((shaped - scores.float()).mean()),
                  "selection/kept": float(won.float().mean()),
                  "selection/winner_score": float(scores.float()[won].mean()) if won.any() else 0.0,
-                 "selection/winner_length": float(mask[won].sum(1).float().mean()) if won.any() else 0.0}
+                 # A response length, as response/length_mean: every response token (observations too).
+                 "selection/winner_length": float(lengths[won].float().mean()) if won.any() else 0.0}
         return Experience(rollout, logprobs, ref_logprobs, None, scores, winners, winners, winners), stats
 
     def actor_loss(self, kl_coef: float) -> WinnerNLLLoss:

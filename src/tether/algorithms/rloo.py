@@ -15,7 +15,7 @@ from tether.types import Experience, Rollout
 
 class RLOO(CriticFree):
     def experience(self, rollout: Rollout, logprobs, ref_logprobs, values, scores, kl_coef: float):
-        mask = rollout.response_mask.to(logprobs.device)
+        mask = rollout.loss_mask.to(logprobs.device)
         kl, beta = self.kl_in_reward(logprobs, ref_logprobs, kl_coef)
         shaped = sequence_kl_penalty(scores, kl, mask, beta)
         advantages = zero_padding(rloo_advantages(shaped, self.samples_per_prompt)[:, None], mask)

@@ -27,14 +27,16 @@ def shape_rewards(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Build per-token rewards.
 
-    score (B,) RM score per sequence; kl (B, A) per-token KL estimate; mask (B, A).
+    score (B,) RM score per sequence; kl (B, A) per-token KL estimate; mask (B, A) the tokens
+    the policy sampled (a rollout's ``loss_mask``: a multi-turn episode's observation tokens are 0).
     Returns (rewards, non_score_reward), both (B, A):
-    non_score_reward = -beta * kl on real tokens, rewards = non_score_reward with ``score``
-    added at ``last_token_index``. Padding positions are exactly 0 in both.
+    non_score_reward = -beta * kl on masked tokens, rewards = non_score_reward with ``score``
+    added at ``last_token_index`` (the last sampled token, never a trailing observation).
+    Positions where the mask is 0 are exactly 0 in both.
     """
     zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
     non_score = torch.where(mask.bool(), -beta * kl, zero)
     last = last_token_index(mask)
-    # Score only on the final real token (Ziegler et al. 2019 sec. 2.2).
+    # Score only on the final sampled token (Ziegler et al. 2019 sec. 2.2).
     bonus = torch.zeros_like(non_score).scatter(1, last[:, None], score.to(kl.dtype)[:, None])
     return non_score + bonus, non_score

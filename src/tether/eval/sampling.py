@@ -84,7 +84,7 @@ def evaluate_policy(
     proxy, gold, kl, entropy = [], [], [], []
     responses, ended, lengths, texts = [], [], [], []
     for ro in seeded_rollouts(engine, prompt_ids, prompts, params, seed, rows=rows):
-        mask = ro.response_mask
+        mask = ro.loss_mask  # KL and entropy over the sampled tokens (not an episode's observations)
         logp, ent = policy.logprobs(ro, with_entropy=True, use_captured=False)
         entropy += masked_mean(ent, mask.to(ent.device), dim=1).tolist()
         if reference is not None:
@@ -97,7 +97,7 @@ def evaluate_policy(
         texts += ro.prompts
         responses += ro.responses
         ended += ro.ended.tolist()
-        lengths += mask.sum(1).tolist()
+        lengths += ro.lengths.tolist()  # every response token
     return EvalSamples(
         prompts=texts,
         responses=responses,

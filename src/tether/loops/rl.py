@@ -95,7 +95,7 @@ class RLTrainer:
         if not math.isnan(self.last_sync_diff):  # checked (the engine block's check_sync)
             stats["rollout/sync_logprob_diff"] = self.last_sync_diff
         sampling_s = stats.get("timing/engine_generate", timer.times["timing/rollout"])
-        stats["perf/generated_tokens_per_s"] = float(rollout.response_mask.sum()) / max(sampling_s, 1e-9)
+        stats["perf/generated_tokens_per_s"] = float(rollout.loss_mask.sum()) / max(sampling_s, 1e-9)  # sampled ones
         return stats
 
     def sample(self) -> tuple[Rollout, dict]:
@@ -142,7 +142,8 @@ class RLTrainer:
                                          algorithm_spec(self.cfg.algorithm).dense_rewards)
             exp, algo_stats = experience_of(self.algo, self.cfg.algorithm, rollout, logp, ref_logp, values, score,
                                             self.kl_ctl.value)  # its answer checked: (B, A) fields, a stats dict
-        mask = exp.rollout.response_mask.to(logp.device)
+        # The tokens the policy sampled: an episode's observation tokens have no KL, entropy or weight.
+        mask = exp.rollout.loss_mask.to(logp.device)
         if self.cfg.rollout.is_correction != "none":  # the engine's distribution against the actor's pi_old
             if rollout.sampled_logprobs is None:
                 raise TrainingError(f"rollout.is_correction={self.cfg.rollout.is_correction}: the "
@@ -164,7 +165,7 @@ class RLTrainer:
             "objective/kl_k3": float((k3 * mask).sum(1).mean()),
             "objective/kl_coef": self.kl_ctl.value,
             "objective/entropy": float(masked_mean(entropy, mask)),
-            "response/length_mean": float(mask.sum(1).float().mean()),
+            "response/length_mean": float(rollout.lengths.float().mean()),  # every response token
             "response/eos_rate": float(rollout.ended.float().mean()),
             "response/repetition": sum(repetition_rate(r.split(), 2) for r in rollout.responses) / len(rollout.responses),
             **algo_stats, **term_stats,
@@ -232,7 +233,7 @@ class RLTrainer:
         ro = self.rollout.generate(self.prompts.ids[:n], self.prompts.texts[:n], params,
                                    seed=self.cfg.run.seed + self.iteration, logprobs=True)
         logp, _ = self.actor.logprobs(ro, use_captured=False)
-        mask = ro.response_mask.to(logp.device).bool()
+        mask = ro.loss_mask.to(logp.device).bool()
         diff = float((logp - ro.sampled_logprobs.to(logp.device)).abs().masked_fill(~mask, 0).max())
         self.last_sync_diff = diff
         spec = self.rollout_engine

@@ -31,11 +31,11 @@ class Critic(TrainedRole):
     def _values(self, module, rollout: Rollout, compile: bool | str = False) -> Tensor:
         values = response_values(module, rollout.sequences, rollout.attention_mask, rollout.num_prompt_tokens,
                                  self.engine.autocast, compile)
-        return values * rollout.response_mask
+        return values * rollout.loss_mask  # a value only where the policy acts (0 on observations, padding)
 
     @rows
     def values(self, rollout: Rollout) -> Tensor:
-        """(B, A) values, 0 on padding; no gradient."""
+        """(B, A) values, 0 on padding and on an episode's observation tokens; no gradient."""
         return self.engine.infer(self._values, rollout)
 
     def update(self, exp: Experience, minibatches: list[list[Tensor]], loss_fn, where: str = "?") -> list[dict]:

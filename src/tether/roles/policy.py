@@ -72,14 +72,15 @@ def policy_forward(module, rollout: Rollout, temperature: float, with_entropy: b
     logp, entropy = logprobs_from_hidden(lm, hidden, tokens, temperature, with_entropy, where=where)
     values = None
     if isinstance(module, PolicyWithValueHead):
-        values = module.value_head(hidden) * rollout.response_mask
+        values = module.value_head(hidden) * rollout.loss_mask  # as the critic's: on sampled tokens only
     return PolicyOutput(logp, entropy, values)
 
 
 def response_tokens(micro: Experience) -> float:
-    """A micro-batch's size for weighting: its response tokens (token-mean losses then accumulate
-    to exactly the minibatch's token mean, over micro-batches and over ranks)."""
-    return float(micro.rollout.response_mask.sum())
+    """A micro-batch's size for weighting: its sampled response tokens, the ones its token-mean
+    losses average over (they then accumulate to exactly the minibatch's token mean, over
+    micro-batches and over ranks; an episode's observation tokens carry no loss)."""
+    return float(micro.rollout.loss_mask.sum())
 
 
 def minibatch_steps(engine, exp: Experience, minibatches: list[list[Tensor]], step_loss, name: str, where: str,

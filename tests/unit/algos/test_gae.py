@@ -174,3 +174,19 @@ def test_holes_equal_the_compacted_row(seed):
         c_adv, c_ret = gae_advantages(rewards[b, keep][None], values[b, keep][None], torch.ones(1, n), 0.97, 0.9)
         torch.testing.assert_close(adv[b, keep], c_adv[0])
         torch.testing.assert_close(ret[b, keep], c_ret[0])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_hole_in_the_mask_is_skipped_not_an_end(seed):
+    """A multi-turn episode's observation tokens (0 between 1s): GAE over the sampled tokens is GAE
+    over the row with the observations cut out, bit for bit; 0 at the observations."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0, 0], [1, 0, 1, 1, 0, 1, 0, 0]])
+    rewards, values = torch.randn(2, 8, generator=g), torch.randn(2, 8, generator=g)
+    adv, ret = gae_advantages(rewards, values, mask, gamma=0.9, lam=0.8)
+    for row in range(2):
+        kept = mask[row].bool()
+        n = int(kept.sum())
+        want_adv, want_ret = gae_advantages(rewards[row][kept][None], values[row][kept][None], torch.ones(1, n), 0.9, 0.8)
+        assert torch.equal(adv[row][kept], want_adv[0]) and torch.equal(ret[row][kept], want_ret[0])
+        assert torch.equal(adv[row][~kept], torch.zeros(8 - n)) and torch.equal(ret[row][~kept], torch.zeros(8 - n))

@@ -153,3 +153,17 @@ def test_online_dpo_and_rejection_sampling_have_no_gradient_at_observations(name
     assert torch.equal(loss, moved)
     _, _, at_old = grad_at(loss_fn, exp)
     assert at_old["check/ratio_deviation"] == 0.0
+
+
+def test_ppo_adds_per_turn_rewards_where_they_fall():
+    """An environment's reward for turn 1 of row 0 (its last sampled token, column 1) is added to the
+    shaped reward there, beside the score on the episode's last sampled token; nothing else moves."""
+    algo = PPO(cfg("ppo", "ppo.lam=1", "ppo.whiten_advantages=false"))
+    base = algo.experience(rollout(), OLD, REF, VALUES, SCORES, kl_coef=0.1)
+    turn = torch.zeros(2, 6)
+    turn[0, 1] = 0.75
+    with_turns = dataclasses.replace(rollout(), token_rewards=turn)
+    exp = algo.experience(with_turns, OLD, REF, VALUES, SCORES, kl_coef=0.1)[0]
+    assert torch.equal(exp.rewards - base[0].rewards, turn)
+    # gamma = lam = 1: the turn's reward reaches every sampled token up to it, not those after.
+    assert torch.allclose((exp.advantages - base[0].advantages)[0], torch.tensor([0.75, 0.75, 0, 0, 0, 0]))

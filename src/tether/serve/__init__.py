@@ -3,8 +3,9 @@
 Modules, one job each: :mod:`.settings` (limits), :mod:`.schemas` (request/response bodies),
 :mod:`.planning` (requests -> jobs under the limits), :mod:`.batcher` (bounded queue + the one
 model thread), :mod:`.service` (models: sampling and scoring), :mod:`.textstream` (stop
-sequences, streaming deltas), :mod:`.render` (response bodies), :mod:`.middleware` (API key,
-body size), :mod:`.app` (routes, errors), :mod:`.server` (uvicorn), :mod:`.loadtest`.
+sequences, streaming deltas), :mod:`.tool_use` (tools in, ``tool_calls`` out), :mod:`.render`
+(response bodies), :mod:`.middleware` (API key, body size), :mod:`.app` (routes, errors),
+:mod:`.server` (uvicorn), :mod:`.loadtest`.
 """
 
 from __future__ import annotations

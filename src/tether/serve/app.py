@@ -64,14 +64,6 @@ def create_app(service: ModelService, settings: ServeSettings | None = None) -> 
 
     jobs = Dispatcher(batcher, settings, service.failure)
 
-    async def generate(job: GenJob, req, chat: bool):
-        jobs.check_engine()
-        if req.stream:
-            return jobs.stream(job, render.ChunkMaker(chat, settings.model_name, req.include_usage))
-        result = await jobs.run(job)
-        make = render.chat_completion if chat else render.completion
-        return JSONResponse(make(job, result, req.n, settings.model_name, req.return_scores))
-
     @app.get("/health")
     async def health():
         failure = service.failure()  # a dead generation engine (vLLM) makes the server unhealthy for good
@@ -92,11 +84,11 @@ def create_app(service: ModelService, settings: ServeSettings | None = None) -> 
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest):
-        return await generate(planner.chat(req), req, chat=True)
+        return await jobs.generate(planner.chat(req), req, chat=True)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest):
-        return await generate(planner.completion(req), req, chat=False)
+        return await jobs.generate(planner.completion(req), req, chat=False)
 
     @app.post("/v1/rewards")
     async def rewards(req: RewardRequest):
@@ -119,6 +111,18 @@ class Dispatcher:
         if (reason := self.failure()) is not None:
             raise engine_stopped(reason)
 
+    async def generate(self, job: GenJob, req, chat: bool):
+        """A completion's response: a JSON body, or a stream of server-sent events."""
+        self.check_engine()
+        model = self.settings.model_name
+        tools = chat and req.parses_tool_calls  # answers parsed for <tool_call> blocks
+        if req.stream:
+            return self.stream(job, render.ChunkMaker(chat, model, req.include_usage), buffered=tools)
+        result = await self.run(job)
+        if chat:
+            return JSONResponse(render.chat_completion(job, result, req.n, model, req.return_scores, tools))
+        return JSONResponse(render.completion(job, result, req.n, model, req.return_scores))
+
     def submit(self, job: Job) -> Future:
         try:
             self.batcher.start()
@@ -139,7 +143,9 @@ class Dispatcher:
             self.check_engine()  # the engine died under this job: a 503 with its reason, not a 500
             raise
 
-    def stream(self, job: GenJob, chunks: render.ChunkMaker) -> StreamingResponse:
+    def stream(self, job: GenJob, chunks: render.ChunkMaker, buffered: bool = False) -> StreamingResponse:
+        """Stream ``job``'s text as it is generated; ``buffered`` (a chat answer with tools, whose
+        blocks must be read whole): the whole answer at the end, as content and tool_calls deltas."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -149,7 +155,8 @@ class Dispatcher:
             except RuntimeError:  # the event loop is gone (forced shutdown): stop this row
                 job.cancelled = True
 
-        job.on_delta = on_delta
+        if not buffered:
+            job.on_delta = on_delta
         future = asyncio.wrap_future(self.submit(job))  # a full queue is a 429 before the stream opens
         future.add_done_callback(lambda _: queue.put_nowait(None))
 
@@ -169,7 +176,9 @@ class Dispatcher:
                         yield sse(error_body("Generation failed on the server.", "server_error",
                                              code="internal_error"))
                 else:
-                    yield sse(chunks.finish(result[0][0].finish_reason))
+                    sample = result[0][0]
+                    for chunk in chunks.turn(sample) if buffered else [chunks.finish(sample.finish_reason)]:
+                        yield sse(chunk)
                     if chunks.include_usage:
                         yield sse(chunks.usage(job, result))
                 yield "data: [DONE]\n\n"

@@ -6,8 +6,9 @@ it here means bad input is a 400 for that request alone, never an error inside a
 
 from __future__ import annotations
 
-from tether.data import encode_prompt, encode_response
+from tether.data import encode_chat, encode_prompt, encode_response
 from tether.common.errors import TetherError
+from tether.serve import tool_use
 from tether.serve.errors import APIError, bad_request, reward_model_required
 from tether.serve.schemas import ChatCompletionRequest, CompletionRequest, RewardRequest, SamplingRequest
 from tether.serve.service import GenJob, ModelService, ScoreJob
@@ -20,9 +21,10 @@ def check_model(requested: str | None, served: str) -> None:
                        param="model", code="model_not_found")
 
 
-def _encode(prompt, tokenizer, mode: str, param: str) -> list[int]:
+def _encode(prompt, tokenizer, mode: str, param: str, tools: list[dict] | None = None) -> list[int]:
+    """A prompt's ids; chat ``tools`` go to the chat template (messages only)."""
     try:
-        ids = encode_prompt(prompt, tokenizer, mode)
+        ids = encode_chat(prompt, tokenizer, tools) if tools is not None else encode_prompt(prompt, tokenizer, mode)
     except TetherError as err:
         raise bad_request(f"{param}: {err}", param=param) from None
     if not ids:
@@ -36,6 +38,16 @@ class Planner:
     def __init__(self, service: ModelService, settings: ServeSettings):
         self.service = service
         self.settings = settings
+        self._renders_calls: dict[int, bool] = {}  # id(tokenizer) -> its template writes tool_calls
+
+    def _messages(self, messages: list[dict], tokenizer) -> list[dict]:
+        """Messages for ``tokenizer``'s chat template (tool calls in the history: tool_use)."""
+        if not any(m.get("tool_calls") for m in messages):
+            return messages
+        key = id(tokenizer)
+        if key not in self._renders_calls:
+            self._renders_calls[key] = tool_use.renders_tool_calls(tokenizer)
+        return tool_use.template_messages(messages, self._renders_calls[key])
 
     # -- generation -----------------------------------------------------------------------------
     def chat(self, req: ChatCompletionRequest) -> GenJob:
@@ -43,9 +55,13 @@ class Planner:
         if not getattr(self.service.tokenizer, "chat_template", None):
             raise bad_request("This model's tokenizer has no chat template, so it cannot take chat messages; "
                               "use POST /v1/completions with a plain prompt.", param="messages")
+        tools = tool_use.check_tools(req.tools, req.tool_choice)
         messages = [m.as_dict() for m in req.messages]
-        ids = _encode(messages, self.service.tokenizer, "always", "messages")
-        rm = self._reward_ids(messages, "always", "messages") if self._needs_scores(req, 1) else None
+        tok = self.service.tokenizer
+        ids = _encode(self._messages(messages, tok), tok, "always", "messages", tools)
+        rm = None
+        if self._needs_scores(req, 1):
+            rm = self._reward_ids(self._messages(messages, self.service.reward_tokenizer), "always", "messages", tools)
         return self._job(req, [ids], [rm] if rm is not None else None, "messages")
 
     def completion(self, req: CompletionRequest) -> GenJob:
@@ -134,8 +150,8 @@ class Planner:
             reward_prompts=reward_prompts,
         )
 
-    def _reward_ids(self, prompt, mode: str, param: str) -> list[int]:
-        return _encode(prompt, self.service.reward_tokenizer, mode, f"{param} (for the reward model)")
+    def _reward_ids(self, prompt, mode: str, param: str, tools: list[dict] | None = None) -> list[int]:
+        return _encode(prompt, self.service.reward_tokenizer, mode, f"{param} (for the reward model)", tools)
 
     # -- rewards --------------------------------------------------------------------------------
     def rewards(self, req: RewardRequest) -> ScoreJob:
@@ -149,7 +165,10 @@ class Planner:
                               param="pairs")
         pairs = []
         for i, pair in enumerate(req.pairs):
-            prompt = _encode(pair.prompt_value(), svc.reward_tokenizer, s.chat_template, f"pairs[{i}].prompt")
+            value = pair.prompt_value()
+            if isinstance(value, list):
+                value = self._messages(value, svc.reward_tokenizer)
+            prompt = _encode(value, svc.reward_tokenizer, s.chat_template, f"pairs[{i}].prompt")
             if len(prompt) > s.max_prompt_tokens:
                 raise bad_request(f"pairs[{i}].prompt is {len(prompt)} tokens; the limit is {s.max_prompt_tokens}.",
                                   param=f"pairs[{i}].prompt", code="context_length_exceeded")

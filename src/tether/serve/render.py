@@ -1,10 +1,12 @@
-"""Samples -> OpenAI response bodies: best-of-N selection, usage counts, streaming chunks."""
+"""Samples -> OpenAI response bodies: best-of-N selection, usage counts, streaming chunks, and
+tool calls (:mod:`tether.serve.tool_use`) when the request offers tools."""
 
 from __future__ import annotations
 
 import time
 import uuid
 
+from tether.serve import tool_use
 from tether.serve.schemas import (
     AssistantMessage,
     Candidate,
@@ -43,16 +45,29 @@ def candidates(result: list[list[Sample]]) -> list[Candidate]:
     ]
 
 
-def chat_completion(job: GenJob, result: list[list[Sample]], n: int, model: str, return_scores: bool) -> dict:
+def assistant_turn(sample: Sample, tools: bool) -> tuple[AssistantMessage, str]:
+    """A sample as the choice's message and finish_reason; with ``tools``, its ``<tool_call>``
+    blocks as ``tool_calls``."""
+    if not tools:
+        return AssistantMessage(content=sample.text), sample.finish_reason
+    content, calls, finish_reason = tool_use.answer(sample.text, sample.finish_reason)
+    return AssistantMessage(content=content, tool_calls=calls), finish_reason
+
+
+def chat_completion(job: GenJob, result: list[list[Sample]], n: int, model: str, return_scores: bool,
+                    tools: bool = False) -> dict:
     samples = result[0]
-    choices = [
-        ChatChoice(index=j, message=AssistantMessage(content=samples[c].text), finish_reason=samples[c].finish_reason,
-                   score=samples[c].score, candidate_index=c if len(samples) > n else None)
-        for j, c in enumerate(pick(samples, n))
-    ]
+    choices = []
+    for j, c in enumerate(pick(samples, n)):
+        message, finish_reason = assistant_turn(samples[c], tools)
+        choices.append(ChatChoice(index=j, message=message, finish_reason=finish_reason, score=samples[c].score,
+                                  candidate_index=c if len(samples) > n else None))
     body = ChatCompletion(id=new_id("chatcmpl"), created=int(time.time()), model=model, choices=choices,
                           usage=usage(job, result), candidates=candidates(result) if return_scores else None)
-    return body.model_dump(exclude_none=True)
+    out = body.model_dump(exclude_none=True)
+    for choice in out["choices"]:
+        choice["message"].setdefault("content", None)  # OpenAI sends "content": null with tool calls
+    return out
 
 
 def completion(job: GenJob, result: list[list[Sample]], n: int, model: str, return_scores: bool) -> dict:
@@ -101,6 +116,17 @@ class ChunkMaker:
 
     def finish(self, finish_reason: str) -> dict:
         return self._chunk([self._choice(None, finish_reason)])
+
+    def turn(self, sample: Sample) -> list[dict]:
+        """A buffered chat answer with tools, after the start chunk: its content (if any) in one
+        delta, its tool calls (if any) in one delta, then the finish chunk."""
+        message, finish_reason = assistant_turn(sample, tools=True)
+        out = [self.text(message.content)] if message.content else []
+        if message.tool_calls:
+            calls = [{"index": k, **call.model_dump()} for k, call in enumerate(message.tool_calls)]
+            out.append(self._chunk([{"index": 0, "delta": {"tool_calls": calls}, "logprobs": None,
+                                     "finish_reason": None}]))
+        return out + [self.finish(finish_reason)]
 
     def usage(self, job: GenJob, result: list[list[Sample]]) -> dict:
         return self._chunk([], usage=usage(job, result).model_dump())

@@ -4,13 +4,19 @@ Unknown request fields are ignored (clients send many optional ones). tether's o
 are ``best_of`` (also in OpenAI's legacy completions API: sample that many candidates per
 prompt and return the ``n`` best, ranked here by the reward model) and ``return_scores``
 (attach every candidate's reward score to the response).
+
+Tools (:mod:`tether.serve.tool_use`): a chat request may offer ``tools`` (checked there, with the
+environments' schema check) and a ``tool_choice``; its history may hold assistant messages with
+``tool_calls`` (arguments as a JSON object string, as OpenAI writes them, or an object) and
+``tool`` messages answering them.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_STOP = 4  # OpenAI accepts up to 4 stop sequences
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
@@ -29,9 +35,38 @@ class ContentPart(_Request):
     text: str | None = None
 
 
+class FunctionCall(_Request):
+    name: str = Field(min_length=1)
+    arguments: str | dict = "{}"
+
+    @field_validator("arguments")
+    @classmethod
+    def _json_object(cls, value):
+        """The arguments as an object: OpenAI sends a JSON string of one."""
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as err:
+                raise ValueError(f"expected a JSON object string ({err.msg} at character {err.pos})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a JSON object string, got a JSON {type(value).__name__}")
+        return value
+
+
+class ToolCallIn(_Request):
+    """One call of an assistant message in the history."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None  # a ``tool`` message: the call it answers
+    tool_calls: list[ToolCallIn] | None = None  # an ``assistant`` message: the calls it made
 
     @field_validator("content")
     @classmethod
@@ -42,8 +77,27 @@ class ChatMessage(_Request):
             return "".join(part.text for part in value)
         return value
 
+    @model_validator(mode="after")
+    def _calls_are_the_assistants(self):
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"only assistant messages carry tool_calls (this one's role is {self.role!r})")
+        return self
+
     def as_dict(self) -> dict:
-        return {"role": self.role, "content": self.content or ""}
+        """The message as a chat template reads it: content a string; a tool message's ``name``
+        and ``tool_call_id``, an assistant's ``tool_calls`` (arguments as an object, as Hugging Face
+        templates expect) when given."""
+        out = {"role": self.role, "content": self.content or ""}
+        if self.name is not None and self.role in ("tool", "function"):  # the tool's name
+            out["name"] = self.name
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {**({"id": c.id} if c.id is not None else {}), "type": "function",
+                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                for c in self.tool_calls]
+        return out
 
 
 class SamplingRequest(_Request):
@@ -84,6 +138,14 @@ class SamplingRequest(_Request):
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    # Checked by the planner (tool_use.check_tools), so a bad one is a 400 naming the exact entry.
+    tools: Any = None
+    tool_choice: Any = None
+
+    @property
+    def parses_tool_calls(self) -> bool:
+        """Answers are parsed for ``<tool_call>`` blocks: tools are offered and may be called."""
+        return bool(self.tools) and self.tool_choice in (None, "auto")
 
     @property
     def token_limit(self) -> int | None:
@@ -136,15 +198,27 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str  # a JSON object, as a string (OpenAI's format)
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None  # None (null) when the answer is tool calls only; always sent
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
     logprobs: None = None
     score: float | None = None  # reward score, when ranked or asked for
     candidate_index: int | None = None

@@ -92,3 +92,55 @@ def test_reward_request_accepts_text_and_messages():
         RewardRequest.model_validate({"pairs": []})
     with pytest.raises(ValidationError):
         RewardRequest.model_validate({"pairs": [{"prompt": "p"}]})
+
+
+# -- tools ----------------------------------------------------------------------------------------
+TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("fields, parses", [
+    ({}, False),
+    ({"tools": []}, False),
+    ({"tools": [TOOL]}, True),
+    ({"tools": [TOOL], "tool_choice": "auto"}, True),
+    ({"tools": [TOOL], "tool_choice": "none"}, False),
+])
+def test_answers_are_parsed_for_calls_only_when_tools_may_be_called(fields, parses):
+    req = chat(**fields)
+    assert req.parses_tool_calls is parses
+    assert req.tools == fields.get("tools") and req.tool_choice == fields.get("tool_choice")
+
+
+def test_history_with_tool_calls_and_tool_results():
+    req = ChatCompletionRequest.model_validate({"messages": [
+        {"role": "user", "content": "2 + 3 ?", "name": "ann"},
+        {"role": "assistant", "content": None, "refusal": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}},
+            {"type": "function", "function": {"name": "now", "arguments": ""}},
+            {"id": "call_3", "function": {"name": "add", "arguments": {"a": 1}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "add", "content": [{"type": "text", "text": "5"}]},
+    ]})
+    user, assistant, tool = (m.as_dict() for m in req.messages)
+    assert user == {"role": "user", "content": "2 + 3 ?"}  # a participant's name is not the template's business
+    assert assistant == {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}},
+        {"type": "function", "function": {"name": "now", "arguments": {}}},
+        {"id": "call_3", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}]}
+    assert tool == {"role": "tool", "content": "5", "name": "add", "tool_call_id": "call_1"}
+
+
+@pytest.mark.parametrize("message, where", [
+    ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]},
+     ("messages", 0, "tool_calls", 0, "function", "arguments")),
+    ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]},
+     ("messages", 0, "tool_calls", 0, "function", "arguments")),
+    ({"role": "assistant", "tool_calls": [{"function": {"name": "", "arguments": "{}"}}]},
+     ("messages", 0, "tool_calls", 0, "function", "name")),
+    ({"role": "assistant", "tool_calls": [{"type": "retrieval", "function": {"name": "f"}}]},
+     ("messages", 0, "tool_calls", 0, "type")),
+    ({"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}, ("messages", 0)),
+])
+def test_bad_tool_calls_in_the_history(message, where):
+    with pytest.raises(ValidationError) as info:
+        ChatCompletionRequest.model_validate({"messages": [message]})
+    assert info.value.errors()[0]["loc"] == where

@@ -77,13 +77,12 @@ def check_environment(cfg) -> None:
                           "which reads none; drop it.")
     unsupported = [(cfg.rollout.engine not in ("lean", "hf"), f"rollout.engine={cfg.rollout.engine}"),
                    (cfg.rollout.max_staleness > 0, f"rollout.max_staleness={cfg.rollout.max_staleness}"),
-                   (cfg.placement.backend == "ray", "placement.backend=ray"),
                    (cfg.model.chat_template == "never", "model.chat_template=never")]
     for bad, setting in unsupported:
         if bad:
             raise ConfigError(f"Config key 'environment.kind' = {env.kind!r} with {setting}: episodes run on the lean "
-                              "and hf engines in this process, with the policy's chat template (docs/episodes.md "
-                              "says what is not supported yet).")
+                              "and hf engines, synchronously (rollout.max_staleness=0), with the policy's chat "
+                              "template (docs/episodes.md says what is not supported yet).")
 
 
 def episode_budget(cfg) -> int:

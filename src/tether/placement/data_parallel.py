@@ -5,7 +5,9 @@ The loop is the one-process loop, run by every rank in step. Behind the same rol
 
 - ``rollout.generate`` samples this rank's share of the prompts (its own random stream, from
   (seed, iteration, rank)), inside the actor's ``gathered()`` (FSDP: whole weights, because ranks
-  take different numbers of decode steps), and the rollouts of all ranks come back as one;
+  take different numbers of decode steps), and the rollouts of all ranks come back as one; an
+  episode engine gets the prompt rows of its share too (``rows=``, a prompt-aligned argument) and
+  runs those episodes, their action masks, per-turn rewards and records joined with the rest;
 - ``logprobs``, ``values`` and ``score`` run on this rank's share of the rollout's rows, and the
   results are gathered: every rank then holds the whole batch's log-probs, values and scores,
   so whitening, score normalisation, the KL fed to the controller, explained variance and every
@@ -33,7 +35,7 @@ from typing import Any
 
 from torch import Tensor
 
-from tether.common.dispatch import ANSWERS, ASKS, PROMPTS, ROWS, dispatch_of
+from tether.common.dispatch import ANSWERS, ASKS, PROMPTS, ROWS, dispatch_of, split_prompts
 from tether.distributed.collectives import all_gather_objects
 from tether.distributed.shard import gather_rows, head, shard_rows
 from tether.placement.local import LocalPlacement
@@ -104,19 +106,22 @@ class DataParallelPlacement:
         lo, hi = r * n // w, (r + 1) * n // w
         if seed is not None and r > 0:
             seed = rank_seed(seed, 0)
-        self.local.call(role, method, prompt_ids[lo:hi], prompts[lo:hi], params, seed, *rest, **kwargs)
+        ids, texts, kwargs = split_prompts(lambda v: v[lo:hi], prompt_ids, prompts, kwargs)
+        self.local.call(role, method, ids, texts, params, seed, *rest, **kwargs)
 
     def _generate(self, role: str, method: str, prompt_ids: list, prompts: list, params, seed: int | None = None,
                   chunk_size: int | None = None, on_step=None, **extra):
-        """``role.method`` (declared ``@prompts``) on this rank's share of the prompts, every rank's
+        """``role.method`` (declared ``@prompts``) on this rank's share of the prompts (and of the
+        prompt-aligned keyword arguments: :func:`tether.common.dispatch.split_prompts`), every rank's
         rollouts joined in rank order."""
         n = len(prompt_ids)
-        ids, _ = shard_rows(prompt_ids, n)
-        texts, _ = shard_rows(prompts, n)
+        ids, texts, extra = split_prompts(lambda v: shard_rows(v, n)[0], prompt_ids, prompts, extra)
         if seed is not None and rank() > 0:  # a fixed-seed call (evaluation): each rank its own stream
             seed = rank_seed(seed, 0)
+        if on_step is not None:
+            extra["on_step"] = on_step
         with self.generation_context():
-            part = self.local.call(role, method, ids, texts, params, seed, chunk_size, on_step, **extra)
+            part = self.local.call(role, method, ids, texts, params, seed=seed, chunk_size=chunk_size, **extra)
         device = part.prompt_ids.device
         parts = all_gather_objects(to_device(part, "cpu"))
         whole = concat_rollouts(parts, self.pad_id) if len(parts) > 1 else parts[0]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tether.common.dispatch import ALL, PROMPTS, ROWS
+from tether.common.dispatch import ALL, PROMPTS, ROWS, split_prompts
 from tether.distributed.shard import concat, head, shard_rows
 from tether.common.errors import ConfigError, TetherError, TrainingError, one_line
 from tether.rollout.base import concat_rollouts
@@ -296,8 +296,9 @@ class RayPlacement:
     # -- helpers ---------------------------------------------------------------------------------
     def _generate(self, group: Group, role: str, method: str, prompt_ids, prompts, params, seed=None,
                   chunk_size=None, on_step=None, **extra):
-        """``role.method`` (declared ``@prompts``): each worker samples its share of the prompts;
-        the rollouts come back as one, in order.
+        """``role.method`` (declared ``@prompts``): each worker samples its share of the prompts (and
+        of the prompt-aligned keyword arguments: :func:`tether.common.dispatch.split_prompts`); the
+        rollouts come back as one, in order.
         Without ``seed`` the worker starts from this process's current torch seed (the loop's
         iteration seed): the same draws as a local run. Per-step hooks cannot run in a worker."""
         if on_step is not None:
@@ -307,11 +308,11 @@ class RayPlacement:
         base = torch.initial_seed() if seed is None else seed
         refs = []
         for r, w in enumerate(workers):
-            ids = shard_rows(prompt_ids, n, r, len(workers))[0] if len(workers) > 1 else prompt_ids
-            texts = shard_rows(prompts, n, r, len(workers))[0] if len(workers) > 1 else prompts
+            share = (lambda v, r=r: shard_rows(v, n, r, len(workers))[0]) if len(workers) > 1 else (lambda v: v)
+            ids, texts, aligned = split_prompts(share, prompt_ids, prompts, extra)  # an episode engine's rows too
             s = base if r == 0 else rank_seed(base, 0, r)
             # No seed: the worker seeds torch with s first; a seed: the engine's own private stream.
-            kwargs = {"chunk_size": chunk_size, **extra, **({} if seed is None else {"seed": s})}
+            kwargs = {"chunk_size": chunk_size, **aligned, **({} if seed is None else {"seed": s})}
             refs.append(w.call.remote(role, method, s if seed is None else None, kwargs, ids, texts, params))
 
         def finish(parts):

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import torch
 
-from tether.common.errors import ConfigError
-from tether.common.runtime import world_size
 from tether.config import RLConfig
 from tether.config.environment import episode_budget
 from tether.environments.base import EnvironmentSettings
@@ -208,10 +206,9 @@ def _actor_roles(cfg: RLConfig, actor_model, head, tokenizer, settings: EngineSe
 
 
 def episode_engine(cfg: RLConfig, engine, tokenizer) -> EpisodeEngine:
-    """``engine`` sampling the episodes of ``environment.kind`` (one environment per episode)."""
-    if world_size() > 1:
-        raise ConfigError(f"Config key 'environment.kind' = {cfg.environment.kind!r} under torchrun: episodes run in "
-                          "one process for now (docs/episodes.md).")
+    """``engine`` sampling the episodes of ``environment.kind`` (one environment per episode). Under
+    torchrun or on a Ray group of several workers, each process runs the episodes of its share of
+    the prompts (its ``generate`` is declared ``@prompts``, the prompt rows split with the prompts)."""
     env = cfg.environment
     settings = EnvironmentSettings(env.max_turns, env.tool_targets(), env.tool_timeout_s, env.tool_workers,
                                    parse_environment_args(env.args, env.kind))

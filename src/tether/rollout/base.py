@@ -150,7 +150,11 @@ def generate_chunks(generate_one: Callable[[list, list], Rollout], prompt_ids: l
 
 
 def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
-    """One rollout from several: prompts left-padded and responses right-padded to the widest."""
+    """One rollout from several (chunks, or the shares of several ranks or workers), rows in order:
+    prompts left-padded and responses right-padded to the widest, every per-row field joined.
+    Episodes' fields: ``action_mask`` (a part without one: its response mask, every token sampled),
+    ``token_rewards`` (a part without any: zeros; None only when no part has any) and the
+    ``episodes`` records; the engine's log-probs and entropies only when every part has them."""
     width_p = max(r.prompt_ids.shape[1] for r in parts)
     width_a = max(r.response_ids.shape[1] for r in parts)
 
@@ -161,10 +165,11 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
         filler = torch.full((t.shape[0], extra), value, dtype=t.dtype, device=t.device)
         return torch.cat([filler, t] if left else [t, filler], dim=1)
 
-    def cat(name: str, width: int, left: bool, value):
+    def cat(name: str, width: int, left: bool, value, missing: Callable[[Rollout], Tensor] | None = None):
         values = [getattr(r, name) for r in parts]
-        if any(v is None for v in values):
+        if all(v is None for v in values) or (missing is None and any(v is None for v in values)):
             return None
+        values = [missing(r) if v is None else v for r, v in zip(parts, values)]
         return torch.cat([pad(v, width, left, value) for v in values])
 
     return Rollout(
@@ -177,8 +182,9 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
         responses=[p for r in parts for p in r.responses],
         sampled_logprobs=cat("sampled_logprobs", width_a, False, 0.0),
         sampled_entropy=cat("sampled_entropy", width_a, False, 0.0),
-        action_mask=cat("action_mask", width_a, False, 0),
-        token_rewards=cat("token_rewards", width_a, False, 0.0),
+        action_mask=cat("action_mask", width_a, False, 0, lambda r: r.response_mask),
+        token_rewards=cat("token_rewards", width_a, False, 0.0,
+                          lambda r: torch.zeros(r.response_mask.shape, device=r.response_mask.device)),
         episodes=None if any(r.episodes is None for r in parts) else [e for r in parts for e in r.episodes],
     )
 

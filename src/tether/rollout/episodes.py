@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from tether.common import dispatch
 from tether.data import collate_left, encode_chat
 from tether.environments.base import EpisodeStats, Episodes
 from tether.rollout.base import SamplingParams
@@ -81,13 +82,21 @@ class EpisodeEngine:
         messages = env.reset(row, where)
         return _Episode(env, list(messages), EpisodeTokens(encode_chat(messages, self.tokenizer, env.tools or None)))
 
+    @dispatch.prompts
     def generate(self, prompt_ids: list[list[int]], prompts: list[str], params: SamplingParams,
-                 seed: int | None = None, chunk_size: int | None = None, rows: list[dict] | None = None) -> Rollout:
+                 seed: int | None = None, chunk_size: int | None = None, on_step=None,
+                 rows: list[dict] | None = None) -> Rollout:
         """One episode per row of ``rows`` (prompt rows; ``prompts``: their text, for the record);
         ``prompt_ids`` are not read: each episode renders its opening with the tools its environment
-        offers. ``seed``: seed torch first; ``chunk_size``: the engine's batch per turn."""
+        offers. ``seed``: seed torch first; ``chunk_size``: the engine's batch per turn. Declared
+        ``@prompts``: a placement gives each worker its share of the prompts and of ``rows`` (a
+        prompt-aligned argument) and joins the episodes in order. ``on_step`` (per-step hooks) is not
+        run in episodes."""
         if rows is None or len(rows) != len(prompts):
             raise ValueError("EpisodeEngine.generate needs the prompt rows, one per prompt (rows=...)")
+        if on_step is not None:
+            raise ValueError("EpisodeEngine.generate runs no per-step hooks (on_step): episodes end by their "
+                             "environment and budgets")
         if seed is not None:
             torch.manual_seed(seed)
         episodes = [self.start(row, f"prompt row {i}") for i, row in enumerate(rows)]

@@ -4,9 +4,12 @@ every worker."""
 
 from __future__ import annotations
 
-from tether.common.dispatch import ALL, PROMPTS, ROWS, declarations, dispatch_of, prompts, rows
+import pytest
+
+from tether.common.dispatch import ALL, PROMPTS, ROWS, declarations, dispatch_of, prompts, rows, split_prompts
 from tether.roles import Actor, CallableReward, Critic, EnsembleReward, ModelReward, Reference, SharedTrunkCritic
 from tether.roles.remote_reward import RemoteReward
+from tether.rollout.episodes import EpisodeEngine
 from tether.rollout.hf import HFGenerationEngine
 from tether.rollout.lean import LeanGenerationEngine
 from tether.rollout.vllm_engine import VLLMGenerationEngine
@@ -51,7 +54,17 @@ def test_the_built_in_roles_declare_what_the_placements_used_to_list():
                         (SharedTrunkCritic, "values"), (ModelReward, "score"), (CallableReward, "score"),
                         (EnsembleReward, "score"), (RemoteReward, "score")]:
         assert getattr(getattr(cls, method), "__tether_dispatch__", ALL) == ROWS, (cls.__name__, method)
-    for cls in (LeanGenerationEngine, HFGenerationEngine, VLLMGenerationEngine):
+    for cls in (LeanGenerationEngine, HFGenerationEngine, VLLMGenerationEngine, EpisodeEngine):
         assert getattr(cls.generate, "__tether_dispatch__", ALL) == PROMPTS, cls.__name__
     for cls, method in [(Actor, "update"), (Critic, "update"), (Actor, "state_dict"), (Actor, "save_pretrained")]:
         assert getattr(getattr(cls, method), "__tether_dispatch__", ALL) == ALL, (cls.__name__, method)
+
+
+def test_prompt_aligned_keywords_are_split_with_the_prompts():
+    second_half = lambda v: v[2:]  # noqa: E731
+    ids, texts, kwargs = split_prompts(second_half, [[1], [2], [3]], ["a", "b", "c"],
+                                       {"rows": [{"i": 0}, {"i": 1}, {"i": 2}], "chunk_size": 4})
+    assert (ids, texts, kwargs) == ([[3]], ["c"], {"rows": [{"i": 2}], "chunk_size": 4})  # the rest whole
+    assert split_prompts(second_half, [[1], [2], [3]], ["a", "b", "c"], {"rows": None})[2] == {"rows": None}
+    with pytest.raises(ValueError, match="rows= holds 2 entries for 3 prompts"):
+        split_prompts(second_half, [[1], [2], [3]], ["a", "b", "c"], {"rows": [{}, {}]})

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-TASKS: dict[str, str] = {"arith": "tether.tasks.arith"}
+TASKS: dict[str, str] = {"arith": "tether.tasks.arith", "calc": "tether.tasks.calc"}
 
 
 def get_task(name: str) -> ModuleType:

@@ -85,7 +85,8 @@ def _sigmoid(x: float) -> float:
     return z / (1.0 + z)
 
 
-def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
+    """Write ``rows`` as JSON lines to a temporary name, then rename it to ``path``; the row count."""
     tmp = path.with_name(path.name + ".tmp")
     n = 0
     with open(tmp, "w", encoding="utf-8") as f:
@@ -96,7 +97,8 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
     return n
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to a temporary name, then rename it to ``path``."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
@@ -205,7 +207,10 @@ def _params(seed: int, **sizes: int) -> dict[str, int]:
     return {"seed": seed, **sizes}
 
 
-def _complete_manifest(out_dir: Path, params: dict[str, int]) -> dict[str, Any] | None:
+def complete_manifest(out_dir: Path, params: dict[str, int],
+                      format_version: int = FORMAT_VERSION) -> dict[str, Any] | None:
+    """The manifest of a complete task directory built with ``params`` (seed and sizes) in
+    ``format_version``, else None (absent, unreadable, other parameters or a missing file)."""
     path = out_dir / MANIFEST
     if not path.is_file():
         return None
@@ -215,7 +220,7 @@ def _complete_manifest(out_dir: Path, params: dict[str, int]) -> dict[str, Any] 
         return None
     if manifest.get("seed") != params["seed"] or manifest.get("params") != params:
         return None
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") != format_version:
         return None
     if not all((out_dir / name).exists() for name in manifest.get("files", {}).values()):
         return None
@@ -248,7 +253,7 @@ def build_task(
         n_eval_prompts=n_eval_prompts,
         n_probes=n_probes,
     )
-    existing = _complete_manifest(out_dir, params)
+    existing = complete_manifest(out_dir, params)
     if existing is not None:
         return existing
 
@@ -258,26 +263,26 @@ def build_task(
     counts: dict[str, int] = {}
 
     sft_train = sft_rows(_stream(seed, "sft_train"), n_sft)
-    counts["sft_train"] = _write_jsonl(out_dir / FILES["sft_train"], sft_train)
-    counts["sft_eval"] = _write_jsonl(out_dir / FILES["sft_eval"], sft_rows(_stream(seed, "sft_eval"), n_sft_eval))
+    counts["sft_train"] = write_jsonl(out_dir / FILES["sft_train"], sft_train)
+    counts["sft_eval"] = write_jsonl(out_dir / FILES["sft_eval"], sft_rows(_stream(seed, "sft_eval"), n_sft_eval))
     demo_correct = [judge.is_correct(r["messages"][0]["content"], r["messages"][1]["content"]) for r in sft_train]
     demo_gold = [judge.gold_score(r["messages"][0]["content"], r["messages"][1]["content"]) for r in sft_train]
 
-    counts["ppo_prompts"] = _write_jsonl(out_dir / FILES["ppo_prompts"], ({"prompt": p} for p in world.PROMPTS))
+    counts["ppo_prompts"] = write_jsonl(out_dir / FILES["ppo_prompts"], ({"prompt": p} for p in world.PROMPTS))
     eval_prompts = _stream(seed, "eval_prompts").sample(world.PROMPTS, n_eval_prompts)
-    counts["eval_prompts"] = _write_jsonl(out_dir / FILES["eval_prompts"], ({"prompt": p} for p in eval_prompts))
+    counts["eval_prompts"] = write_jsonl(out_dir / FILES["eval_prompts"], ({"prompt": p} for p in eval_prompts))
 
     prefs_train = preference_rows(_stream(seed, "prefs_train"), n_pairs_train)
     prefs_eval = preference_rows(_stream(seed, "prefs_eval"), n_pairs_eval)
-    counts["prefs_train"] = _write_jsonl(out_dir / FILES["prefs_train"], prefs_train)
-    counts["prefs_eval"] = _write_jsonl(out_dir / FILES["prefs_eval"], prefs_eval)
+    counts["prefs_train"] = write_jsonl(out_dir / FILES["prefs_train"], prefs_train)
+    counts["prefs_eval"] = write_jsonl(out_dir / FILES["prefs_eval"], prefs_eval)
     decided = [r for r in prefs_train if r["gold_chosen"] != r["gold_rejected"]]
     agreement = sum(r["gold_chosen"] > r["gold_rejected"] for r in decided) / len(decided) if decided else None
     ties = (len(prefs_train) - len(decided)) / len(prefs_train) if prefs_train else None
     ceiling = sum(max(r["p_chosen"], 1 - r["p_chosen"]) for r in prefs_eval) / len(prefs_eval) if prefs_eval else None
 
     probes = probe_rows(_stream(seed, "probes"), n_probes)
-    counts["probes"] = _write_jsonl(out_dir / FILES["probes"], probes)
+    counts["probes"] = write_jsonl(out_dir / FILES["probes"], probes)
 
     vocab_size, n_params = _write_models(out_dir, seed)
 
@@ -301,25 +306,30 @@ def build_task(
         "n_params": n_params,
         "counts": counts,
     }
-    _write_json(out_dir / MANIFEST, manifest)
+    write_json(out_dir / MANIFEST, manifest)
     return manifest
 
 
 def _write_models(out_dir: Path, seed: int) -> tuple[int, int]:
     """Save ``tokenizer/`` and ``base_model/``; return (vocab size, parameter count)."""
-    from transformers.utils import logging as hf_logging
-
     from tether.tasks.arith.model import build_base_model
     from tether.tasks.arith.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
-    model = build_base_model(tokenizer, seed)
+    return write_models(out_dir, tokenizer, build_base_model(tokenizer, seed))
+
+
+def write_models(out_dir: Path, tokenizer, model, files: dict[str, str] = FILES) -> tuple[int, int]:
+    """Save ``tokenizer`` in ``files["tokenizer"]`` and ``model`` with it in ``files["base_model"]``
+    (each written to a temporary folder, then renamed); return (vocab size, parameter count)."""
+    from transformers.utils import logging as hf_logging
+
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
         for name, objs in (("tokenizer", (tokenizer,)), ("base_model", (model, tokenizer))):
-            final = out_dir / FILES[name]
-            tmp = out_dir / f".{FILES[name]}.tmp"
+            final = out_dir / files[name]
+            tmp = out_dir / f".{files[name]}.tmp"
             if tmp.exists():
                 shutil.rmtree(tmp)
             for obj in objs:

@@ -66,10 +66,16 @@ def is_correct(prompt: str, response: str) -> bool:
 
 def gold_score(prompt: str, response: str, ended: bool = True) -> float:
     """The hidden gold score of ``response`` to ``prompt`` (see the module docstring)."""
+    return score_answer(correct_answer(prompt), response, ended)
+
+
+def score_answer(expected: int, response: str, ended: bool = True) -> float:
+    """The gold score of ``response`` to a question whose answer is ``expected``: the rules of the
+    module docstring (correctness of the last number, length, repetition, politeness, termination)."""
     n = last_number(response)
     if n is None:
         score = NO_NUMBER_REWARD
-    elif n == correct_answer(prompt):
+    elif n == expected:
         score = CORRECT_REWARD
     else:
         score = WRONG_REWARD

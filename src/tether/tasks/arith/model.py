@@ -17,7 +17,8 @@ INTERMEDIATE_SIZE = 512
 MAX_POSITIONS = 64
 
 
-def build_config(tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
+def build_config(tokenizer: PreTrainedTokenizerBase, max_positions: int = MAX_POSITIONS) -> LlamaConfig:
+    """The tiny Llama's config for ``tokenizer``'s vocabulary, ``max_positions`` positions."""
     return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=HIDDEN_SIZE,
@@ -25,7 +26,7 @@ def build_config(tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
         num_hidden_layers=NUM_LAYERS,
         num_attention_heads=NUM_HEADS,
         num_key_value_heads=NUM_HEADS,
-        max_position_embeddings=MAX_POSITIONS,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         attention_dropout=0.0,
         bos_token_id=tokenizer.bos_token_id,
@@ -34,12 +35,14 @@ def build_config(tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
     )
 
 
-def build_base_model(tokenizer: PreTrainedTokenizerBase, seed: int) -> LlamaForCausalLM:
-    """A freshly initialised :class:`LlamaForCausalLM` for ``tokenizer``, a pure function of ``seed``.
+def build_base_model(tokenizer: PreTrainedTokenizerBase, seed: int,
+                     max_positions: int = MAX_POSITIONS) -> LlamaForCausalLM:
+    """A freshly initialised :class:`LlamaForCausalLM` for ``tokenizer``, a pure function of ``seed``
+    (``max_positions``: its context length).
 
     The global torch RNG state is left untouched.
     """
-    config = build_config(tokenizer)
+    config = build_config(tokenizer, max_positions)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)

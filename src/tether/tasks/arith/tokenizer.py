@@ -37,7 +37,14 @@ CHAT_TEMPLATE = (
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
     """The arith world's word-level tokenizer (deterministic: ids never change)."""
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + VOCAB_WORDS)}
+    return word_tokenizer(VOCAB_WORDS)
+
+
+def word_tokenizer(words: tuple[str, ...], chat_template: str = CHAT_TEMPLATE,
+                   model_max_length: int = MODEL_MAX_LENGTH) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over ``words`` (ids: the special tokens, then ``words`` in order), as
+    the module docstring describes, with ``chat_template``; other tasks' worlds build theirs here."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + tuple(words))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens(list(SPECIAL_TOKENS))
@@ -55,8 +62,8 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         bos_token=BOS,
         eos_token=EOS,
         padding_side="left",
-        model_max_length=MODEL_MAX_LENGTH,
+        model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
-    hf.chat_template = CHAT_TEMPLATE
+    hf.chat_template = chat_template
     return hf

@@ -281,10 +281,11 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
     episodes = cfg.episodes
     per_prompt = f" x {cfg.samples_per_prompt} responses" if cfg.samples_per_prompt > 1 else ""
     response = episode_budget(cfg) if cfg.environment.enabled else cfg.rollout.max_new_tokens
-    turns = (f" ({cfg.environment.kind} environment: up to {cfg.environment.max_turns} turns of "
-             f"{cfg.rollout.max_new_tokens} new tokens, observations included)" if cfg.environment.enabled else "")
+    each = (f"up to {response} response tokens each ({cfg.environment.kind} environment: up to "
+            f"{cfg.environment.max_turns} turns of {cfg.rollout.max_new_tokens} new tokens, observations included)"
+            if cfg.environment.enabled else f"up to {response} new tokens each")
     plan.add("batches", f"rollout: {cfg.rollout.batch_size} prompts{per_prompt} = {episodes} episodes per iteration, "
-                        f"up to {response} response tokens each{turns}")
+                        f"{each}")
     minibatches = math.ceil(episodes / p.minibatch_size)
     micro = p.minibatch_size // p.grad_accum_steps // world
     split = (f"micro-batches of at most {p.micro_batch_tokens} tokens, {_budget_cost(cfg)}"

@@ -9,6 +9,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 import tether.commands as commands
 from tether.common.errors import ConfigError, DataError, ModelError, TetherError
@@ -46,6 +47,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+#: Seconds a rank that does not report a shared error waits before exiting (see :func:`_say`).
+SILENT_RANK_GRACE_S = 20.0
+
+
 def _reports(err: TetherError) -> bool:
     """Under torchrun every rank meets the same bad input (config, data, model): one process per
     machine (local rank 0) says so, not each rank. What happens to one rank (a peer lost, a
@@ -61,6 +66,10 @@ def _say(err: TetherError, command: str | None) -> int:
         where = f" (rank {rank})" if rank != "0" else ""
         prog = f"tether {command}" if command else "tether"
         print(f"{prog}{where}: error: {err}", file=sys.stderr)
+    elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # A silent rank that exits first makes torchrun stop every rank, the one that reports too,
+        # perhaps before it printed: the silent ones wait for it (it exits, and torchrun ends them).
+        time.sleep(SILENT_RANK_GRACE_S)
     return 2
 
 

@@ -56,20 +56,24 @@ def test_every_registered_algorithm_trains_on_three_turn_episodes(name, trained,
     assert row["rollout/token_mismatch"] == 0.0
 
 
-@pytest.mark.parametrize("engine", ["lean", "hf"])
-def test_the_trainer_scores_exactly_the_sampled_tokens(engine, trained, tmp_path):
-    """Episodes of three turns: the actor's log-probs of every sampled token equal the engine's
-    (both sample from the actor's weights), so nothing was re-tokenised."""
+@pytest.mark.parametrize("engine, captured", [("lean", "true"), ("hf", "false")])
+def test_the_trainer_scores_exactly_the_sampled_tokens(engine, captured, tmp_path, trained):
+    """Episodes of three turns: the actor's log-probs of every sampled token, from a forward over
+    the whole episode, equal the engine's from its decode steps (both sample from the actor's
+    weights), so nothing was re-tokenised. With rollout.capture_logprobs the actor takes pi_old from
+    the engine, and the check runs a forward of its own (timing/token_check)."""
     prompts = scripted_prompts(trained["task"], tmp_path / "episodes.jsonl")
     out = tmp_path / engine
     assert main(["grpo", *episode_args(trained, out, prompts, f"rollout.engine={engine}", "group.size=2",
-                                       "rl.minibatch_size=4", "rl.iterations=2", "rollout.capture_logprobs=true")]) == 0
+                                       "rl.minibatch_size=4", "rl.iterations=2",
+                                       f"rollout.capture_logprobs={captured}")]) == 0
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score" in r]
     assert len(rows) == 2
     for row in rows:
         assert row["env/turns"] == 3.0, row  # two follow-ups: three assistant turns, none truncated
         assert row["env/truncated"] == 0.0
         assert row["rollout/token_mismatch"] == 0.0 and row["rollout/logprob_diff_max"] < 1e-4
+        assert ("timing/token_check" in row) == (captured == "true")
 
 
 def test_a_bad_row_is_refused_before_training_naming_the_file_and_row(trained, tmp_path, capsys):
@@ -93,10 +97,13 @@ def test_environment_settings_are_checked(trained, tmp_path, capsys):
     assert "environment.kind" in capsys.readouterr().err
 
 
-def test_a_sigkilled_episode_run_resumes_bit_for_bit(tiny_task, tmp_path):
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_sigkilled_episode_run_resumes_bit_for_bit(staleness, tiny_task, tmp_path):
     """PPO on three-turn episodes, SIGKILLed once its first checkpoint is complete, then resumed:
     the metrics and the weights are those of the uninterrupted run (an episode lives inside one
-    iteration, and every draw of an iteration derives from the run's seed and its number)."""
+    iteration, and every draw of an iteration derives from the run's seed and its number). With
+    rollout.max_staleness=1 a worker process samples the next iteration's episodes while this one
+    trains: the checkpoint keeps those in flight, and the resumed run trains on them."""
     from tether.config import RLConfig, load_config
     from tether.loops.rl_run import run_rl
     from tests.integration.test_resume import _cli, comparable, kill_at_first_checkpoint, ppo_overrides, same_weights
@@ -106,7 +113,7 @@ def test_a_sigkilled_episode_run_resumes_bit_for_bit(tiny_task, tmp_path):
     def overrides(out):
         base = [o for o in ppo_overrides(tiny_task["dir"], out) if not o.startswith(("prompts=", "rollout.max_new"))]
         return [*base, f"prompts={prompts}", "rollout.max_new_tokens=6", "environment.kind=scripted",
-                "environment.max_turns=3", "environment.max_tokens=40"]
+                "environment.max_turns=3", "environment.max_tokens=40", f"rollout.max_staleness={staleness}"]
 
     reference = tmp_path / "reference"
     run_rl(load_config(RLConfig, None, overrides(reference)))
@@ -116,3 +123,44 @@ def test_a_sigkilled_episode_run_resumes_bit_for_bit(tiny_task, tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert comparable(out) == comparable(reference)
     assert same_weights(out, reference)
+    rows = [r for r in read_metrics(reference / "metrics.jsonl") if "env/turns" in r]
+    assert rows and all(r["env/turns"] > 1 for r in rows)
+    if staleness:  # the later iterations trained on episodes sampled one version back
+        assert [r["rollout/staleness_max"] for r in rows][1:] == [1.0] * (len(rows) - 1)
+
+
+def test_tether_eval_runs_the_episodes_of_a_runs_environment(trained, tmp_path, capsys):
+    """`tether eval --environment RUN`: the policy and the reference both run that run's episodes;
+    turns and truncation are reported per side, the samples carry each conversation; a source
+    without an environment block, a bad row and best-of-N are refused up front, naming them."""
+    prompts = scripted_prompts(trained["task"], tmp_path / "episodes.jsonl", n=4)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("environment:\n  kind: scripted\n  max_turns: 3\n  max_tokens: 40\n")
+    out = tmp_path / "eval.json"
+    base = ["eval", "--policy", str(trained["sft"]), "--reference", str(trained["sft"]), "--prompts", str(prompts),
+            "--samples-per-prompt", "2", "--max-new-tokens", "6", "--judge", "tether.tasks.arith.judge:gold_score",
+            "--threads", "1", "--out", str(out)]
+    assert main([*base, "--environment", str(run)]) == 0
+    result = json.loads(out.read_text())
+    for side in ("policy", "reference"):
+        assert result[side]["n"] == 8 and result[side]["episodes"]["turns"] == 3.0, result[side]
+        assert result[side]["episodes"]["truncated"] == 0.0 and "gold_score" in result[side]
+    sample = result["samples"][0]
+    assert [m["role"] for m in sample["policy_episode"]].count("assistant") == 3
+    assert sample["policy"] == sample["policy_episode"][-1]["content"].strip()
+    assert result["policy"] == result["reference"]  # the same checkpoint, the same seed: the same episodes
+    assert "turns" in capsys.readouterr().out
+
+    (run / "config.yaml").write_text("run:\n  seed: 1\n")
+    assert main([*base, "--environment", str(run)]) == 2
+    assert "no `environment:` block" in capsys.readouterr().err
+    (run / "config.yaml").write_text("environment:\n  kind: scripted\n")
+    assert main([*base, "--environment", str(run), "--reward-model", str(trained["sft"]), "--best-of-n", "2"]) == 2
+    assert "--best-of-n" in capsys.readouterr().err
+    lines = prompts.read_text().splitlines()
+    lines[1] = json.dumps({"prompt": "what is 1 + 1 ?", "follow_ups": "not a list"})
+    prompts.write_text("\n".join(lines) + "\n")
+    assert main([*base, "--environment", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "episodes.jsonl" in err and "row 2" in err and "follow_ups" in err

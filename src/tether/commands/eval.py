@@ -2,7 +2,9 @@
 
 Reports reward-model score, gold score (with a judge), KL to the reference, length, EOS rate,
 repetition; win rates against the reference (SFT) policy by the reward model and by the judge;
-responses side by side; optionally best-of-N of the reference policy. Same checkpoint + seed
+responses side by side; optionally best-of-N of the reference policy. With ``--environment`` both
+policies run episodes of the environment a run was trained with (turns, tool calls and errors,
+truncation reported; the judge scores each episode's final answer). Same checkpoint + seed
 → same numbers. Writes ``--out`` (JSON) and prints a table.
 """
 
@@ -46,6 +48,10 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps.")
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                    help="fp32, or bf16/fp16 autocast (default fp32).")
+    p.add_argument("--environment", default=None, metavar="RUN_OR_YAML",
+                   help="Run episodes: the environment block of a run directory's config.yaml (or of a YAML file), "
+                        "e.g. the policy's own run; --prompts are then episode rows of that kind and "
+                        "--max-new-tokens caps each turn (docs/episodes.md).")
 
 
 # -- argument checks: all of them run before any model, tokenizer or config is loaded ------------
@@ -70,6 +76,7 @@ class CheckedArgs:
     best_of_n: tuple[int, ...]  # () = no best-of-N
     out: Path  # where the JSON goes
     judge: object | None  # the imported judge callable
+    environment: object | None = None  # the --environment block (EnvironmentConfig), or None
 
 
 def _nonempty(flag: str, value: str | None, expected: str) -> None:
@@ -155,9 +162,18 @@ def check_args(args) -> CheckedArgs:
     if sizes and t == 0:
         raise _fail(f"--best-of-n {_shown(args.best_of_n)} needs sampling, but --temperature 0 is greedy decoding "
                     "(all N samples would be the same response); use a temperature > 0.")
+    environment = None
+    if getattr(args, "environment", None) is not None:
+        from tether.eval.environment import environment_block
+
+        _nonempty("--environment", args.environment, "a run directory or a YAML file with an `environment:` block")
+        environment = environment_block(args.environment)
+        if sizes:
+            raise _fail(f"--best-of-n {_shown(args.best_of_n)} with --environment: best-of-N samples single "
+                        "responses; evaluate episodes without it.")
     out = output_path(args)
     judge = _import_judge(args.judge) if args.judge else None
-    return CheckedArgs(best_of_n=sizes, out=out, judge=judge)
+    return CheckedArgs(best_of_n=sizes, out=out, judge=judge, environment=environment)
 
 
 # -- checks against the models' contexts: configs only, before any weights are loaded -----------
@@ -187,11 +203,16 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
 
     checked = checked or check_args(args)
     set_threads(args.threads)
-    tokenizer, examples, prompt_ids = checked_prompts(args, smallest_context(args), args.reference, "--reference",
-                                                      "evaluate")
+    env = checked.environment
+    if env is None:
+        tokenizer, examples, prompt_ids = checked_prompts(args, smallest_context(args), args.reference, "--reference",
+                                                          "evaluate")
+        prompt_texts, rows = [prompt_text(ex.prompt) for ex in examples], None
+    else:
+        tokenizer, prompt_ids, prompt_texts, rows = _episode_prompts(args, env)
     check_frozen(args.engine, (args.policy, args.reference))  # what would stop the engine, before any weights load
     ids = prompt_ids * args.samples_per_prompt
-    texts = [prompt_text(ex.prompt) for ex in examples] * args.samples_per_prompt
+    texts = prompt_texts * args.samples_per_prompt
     settings = EngineSettings(resolve_device(args.device, "--device"), Precision(args.precision))
     # Log-probs at the sampling temperature (greedy decoding: the plain distribution).
     temperature = 1.0 if args.temperature == 0 else args.temperature
@@ -207,28 +228,65 @@ def evaluate(args, checked: CheckedArgs | None = None) -> dict:
         params = SamplingParams(max_new_tokens=args.max_new_tokens, greedy=True)
     else:
         params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
-    pol = evaluate_policy(policy.sampler, policy.policy, ids, texts, params, args.seed, reward, reference.policy, judge)
-    ref = evaluate_policy(reference.sampler, reference.policy, ids, texts, params, args.seed, reward,
-                          reference.policy, judge)
+    samplers = [policy.sampler, reference.sampler]
+    if env is not None:  # each samples the episodes of the run's environment
+        from tether.eval.environment import episode_spec
+
+        spec = episode_spec(env, args.max_new_tokens)
+        samplers = [spec.wrap(sampler, tokenizer) for sampler in samplers]
+    episode_rows = None if rows is None else rows * args.samples_per_prompt
+    try:
+        pol, ref = (evaluate_policy(sampler, role.policy, ids, texts, params, args.seed, reward, reference.policy,
+                                    judge, rows=episode_rows)
+                    for sampler, role in zip(samplers, (policy, reference)))
+    finally:
+        if env is not None:
+            for sampler in samplers:
+                sampler.environments.close()  # the tool threads (the engines are the measured policies')
     result = {
         "settings": {k: v for k, v in vars(args).items() if k != "func"},
         "policy": pol.summary(),
         "reference": ref.summary(),
         "win_rate_vs_reference": policy_vs_sft(pol, ref),
-        "samples": [{"prompt": p, "reference": r, "policy": q}
-                    for p, r, q in list(zip(texts, ref.responses, pol.responses))[:16]],
+        "samples": _samples(texts, ref, pol)[:16],
     }
     if checked.best_of_n:
-        result["best_of_n"] = best_of_n(reference.sampler, ids[: len(examples)], texts[: len(examples)],
-                                        reward, judge, checked.best_of_n, params, args.seed)
+        n = len(prompt_ids)
+        result["best_of_n"] = best_of_n(reference.sampler, ids[:n], texts[:n], reward, judge, checked.best_of_n,
+                                        params, args.seed)
     return result
+
+
+def _episode_prompts(args, env):
+    """(tokenizer, prompt ids, texts, rows) of the episode rows of ``--prompts``, checked before any
+    weights load (:func:`tether.eval.environment.episode_prompts`)."""
+    from tether.eval.context import check_new_tokens
+    from tether.eval.environment import episode_prompts
+    from tether.models import load_tokenizer
+
+    context = smallest_context(args)
+    check_new_tokens(args.max_new_tokens, context)
+    tokenizer = load_tokenizer(args.reference, key="--reference")
+    ids, texts, rows = episode_prompts(args.prompts, tokenizer, env, args.max_prompts,
+                                       env.budget(args.max_new_tokens), context)
+    return tokenizer, ids, texts, rows
+
+
+def _samples(texts: list[str], ref, pol) -> list[dict]:
+    """The responses side by side; with episodes, each one's whole conversation too."""
+    rows = [{"prompt": p, "reference": r, "policy": q} for p, r, q in zip(texts, ref.responses, pol.responses)]
+    if pol.conversations is not None:
+        for row, r, q in zip(rows, ref.conversations, pol.conversations):
+            row.update(reference_episode=r, policy_episode=q)
+    return rows
 
 
 def format_result(result: dict) -> str:
     keys = ["proxy_score", "gold_score", "kl", "length_mean", "eos_rate", "repetition", "entropy"]
+    episodes = sorted(set(result["reference"].get("episodes", {})) | set(result["policy"].get("episodes", {})))
     lines = [f"{'':<14}{'reference':>12}{'policy':>12}"]
-    for k in keys:
-        a, b = result["reference"].get(k), result["policy"].get(k)
+    for k in keys + episodes:
+        a, b = (side.get(k, side.get("episodes", {}).get(k)) for side in (result["reference"], result["policy"]))
         if a is None and b is None:
             continue
         lines.append(f"{k:<14}{a if a is None else f'{a:+.3f}':>12}{b if b is None else f'{b:+.3f}':>12}")

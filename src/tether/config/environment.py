@@ -42,6 +42,11 @@ class EnvironmentConfig:
     def enabled(self) -> bool:
         return self.kind != "none"
 
+    def budget(self, max_new_tokens: int) -> int:
+        """Response tokens an episode may hold: ``max_tokens``, or max_turns x ``max_new_tokens``
+        (the tokens a turn may sample)."""
+        return self.max_tokens if self.max_tokens is not None else self.max_turns * max_new_tokens
+
     def tool_targets(self) -> dict[str, str]:
         """``tools`` as {tool name: 'module:function'}."""
         out = {}
@@ -58,8 +63,8 @@ class EnvironmentConfig:
 
 
 def check_environment(cfg) -> None:
-    """An RL config's ``environment`` block: a registered kind, no setting it would not read, and
-    what episodes do not run with yet (named, with the reason)."""
+    """An RL config's ``environment`` block: a registered kind, no setting it would not read, and a
+    chat template to render the turns with."""
     env = cfg.environment
     if not env.enabled:
         refuse_inert(cfg, ["environment"], "with environment.kind=none (single-turn rollouts)")
@@ -75,20 +80,14 @@ def check_environment(cfg) -> None:
     if env.args and is_built_in(env.kind):
         raise ConfigError(f"Config key 'environment.args' = {env.args!r} is set with the built-in kind {env.kind!r}, "
                           "which reads none; drop it.")
-    unsupported = [(cfg.rollout.engine not in ("lean", "hf"), f"rollout.engine={cfg.rollout.engine}"),
-                   (cfg.rollout.max_staleness > 0, f"rollout.max_staleness={cfg.rollout.max_staleness}"),
-                   (cfg.model.chat_template == "never", "model.chat_template=never")]
-    for bad, setting in unsupported:
-        if bad:
-            raise ConfigError(f"Config key 'environment.kind' = {env.kind!r} with {setting}: episodes run on the lean "
-                              "and hf engines, synchronously (rollout.max_staleness=0), with the policy's chat "
-                              "template (docs/episodes.md says what is not supported yet).")
-
+    if cfg.model.chat_template == "never":
+        raise ConfigError(f"Config key 'environment.kind' = {env.kind!r} with model.chat_template=never: an episode's "
+                          "turns are rendered with the policy's chat template (docs/episodes.md, the token rule); "
+                          "set model.chat_template=auto or always.")
 
 def episode_budget(cfg) -> int:
-    """Response tokens an episode may hold: ``environment.max_tokens``, or max_turns x max_new_tokens."""
-    env = cfg.environment
-    return env.max_tokens if env.max_tokens is not None else env.max_turns * cfg.rollout.max_new_tokens
+    """Response tokens an episode of an RL config may hold (:meth:`EnvironmentConfig.budget`)."""
+    return cfg.environment.budget(cfg.rollout.max_new_tokens)
 
 
 __all__ = ["EnvironmentConfig", "check_environment", "episode_budget"]

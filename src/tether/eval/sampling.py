@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tether.algos import kl_k1, masked_mean, repetition_rate
+from tether.environments.base import batch_metrics
 from tether.rollout import SamplingParams
 from tether.types import select_rows, trim_padding
 
@@ -33,6 +34,9 @@ class EvalSamples:
     gold: list[float] | None  # judge score
     kl: list[float] | None  # sum over tokens of log pi - log pi_ref (nats/sequence)
     entropy: list[float]  # mean per-token entropy (nats/token)
+    #: Episodes: each one's totals (EpisodeStats) and messages; None for single responses.
+    episodes: list | None = None
+    conversations: list[list[dict]] | None = None
 
     def summary(self) -> dict:
         def mean(xs):
@@ -51,6 +55,10 @@ class EvalSamples:
             out["gold_score"] = mean(self.gold)
         if self.kl is not None:
             out["kl"] = mean(self.kl)
+        if self.episodes is not None:  # turns and truncation per episode, each counter per episode
+            totals = batch_metrics(self.episodes, prefix="")
+            n = len(self.episodes)
+            out["episodes"] = {k: v if k in ("turns", "truncated") else v / n for k, v in totals.items()}
         return out
 
 
@@ -82,7 +90,7 @@ def evaluate_policy(
     engine); score by the reward source, the judge, and KL to ``reference``. ``policy`` gives the
     log-probs and entropies (a fresh forward, not the sampling pass's)."""
     proxy, gold, kl, entropy = [], [], [], []
-    responses, ended, lengths, texts = [], [], [], []
+    responses, ended, lengths, texts, episodes = [], [], [], [], []
     for ro in seeded_rollouts(engine, prompt_ids, prompts, params, seed, rows=rows):
         mask = ro.loss_mask  # KL and entropy over the sampled tokens (not an episode's observations)
         logp, ent = policy.logprobs(ro, with_entropy=True, use_captured=False)
@@ -98,6 +106,7 @@ def evaluate_policy(
         responses += ro.responses
         ended += ro.ended.tolist()
         lengths += ro.lengths.tolist()  # every response token
+        episodes += ro.episodes or []
     return EvalSamples(
         prompts=texts,
         responses=responses,
@@ -107,4 +116,6 @@ def evaluate_policy(
         gold=gold if judge is not None else None,
         kl=kl if reference is not None else None,
         entropy=entropy,
+        episodes=[e.stats for e in episodes] if rows is not None else None,
+        conversations=[e.messages for e in episodes] if rows is not None else None,
     )

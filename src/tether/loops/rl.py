@@ -39,6 +39,7 @@ from tether.loops.rl_setup import (
     shape_scores,
     with_episode_rewards,
 )
+from tether.registry.engines import pi_old_captured
 from tether.rollout import SamplingParams, engine_settings_block, engine_spec
 from tether.rollout.episode_metrics import episode_metrics
 from tether.placement import role
@@ -61,15 +62,15 @@ class RLTrainer:
         self.kl_ctl = kl_controller(cfg)
         self.normalize = ScoreNormalizer(cfg.reward.normalize)
         self.iteration = 0
-        self.last_ratio_deviation = float("nan")
-        self.last_sync_diff = float("nan")
-        self.last_experience: Experience | None = None
-        self.last_version: int | None = None  # the weights version that sampled the last rollout (async)
+        self.last_ratio_deviation = self.last_sync_diff = float("nan")
+        self.last_experience, self.last_version = None, None  # and the weights version that sampled it (async)
         self.rollout_engine = engine_spec(cfg.rollout.engine)  # what the generation engine declares
+        self.pi_old_captured = pi_old_captured(cfg.rollout)  # pi_old is the engine's: no scoring pass
         # rollout.max_staleness >= 1: a worker with its own weights samples ahead (the "sampler" role).
         self.pipeline = RolloutPipeline(
             role(placement, "sampler"), cfg.rollout.max_staleness, self.next_prompts,
-            lambda i: iteration_seed(cfg.run.seed, i), self.sampling) if cfg.rollout.max_staleness else None
+            lambda i: iteration_seed(cfg.run.seed, i), self.sampling,
+            rows_of=None if prompts.rows is None else self.prompt_rows) if cfg.rollout.max_staleness else None
         if self.pipeline is not None:
             self.pipeline.push(self.iteration)  # the sampler's first weights: the actor's now
         elif self.rollout_engine.holds_own_weights:
@@ -171,8 +172,18 @@ class RLTrainer:
             **algo_stats, **term_stats,
         }
         if rollout.episodes is not None:  # turns, tool calls and errors, truncation, the engine's tokens
-            stats.update(episode_metrics(rollout, logp))
+            stats.update(episode_metrics(rollout, self.trainer_logprobs(rollout, logp, timer)))
         return exp, stats
+
+    def trainer_logprobs(self, rollout: Rollout, logp: torch.Tensor, timer: Timer) -> torch.Tensor | None:
+        """The trainer's log-probs for the token check of episodes (docs/episodes.md): ``logp``, or a
+        forward of its own when ``logp`` is the engine's; None for a stale rollout (or no engine's)."""
+        if rollout.sampled_logprobs is None or (self.pipeline is not None and self.last_version != self.iteration):
+            return None
+        if not self.pi_old_captured:
+            return logp
+        with timer("token_check"):
+            return self.actor.logprobs(rollout, use_captured=False)[0]
 
     def update(self, exp: Experience) -> dict:
         """``rl.epochs`` passes of shuffled minibatches; each epoch's actor and critic updates are

@@ -11,7 +11,8 @@ the weights that sampled it. With k = 1 the next rollout is sampled while this o
 Everything a rollout depends on is fixed by its iteration: its prompts, its seed, and the
 version that samples it. :meth:`state_dict` keeps the rollouts in flight (sampled, not yet
 trained on) with a checkpoint, so a resumed run trains on exactly the rollouts the uninterrupted
-run would have.
+run would have. An episode lives inside one rollout: it is sampled whole by that rollout's version,
+so its staleness is the rollout's (episodes in flight are kept with their rollouts).
 
 The worker is anything with ``request(prompt_ids, prompts, params, seed, key)``,
 ``receive(key) -> Sampled`` and ``push_weights(version)``
@@ -44,23 +45,25 @@ class RolloutPipeline:
     """Rollouts sampled ``max_staleness`` iterations ahead by ``worker``.
 
     ``prompts_of(i)`` -> (prompt ids, texts) of iteration i; ``seed_of(i)``: its sampling seed;
-    ``params``: the sampling parameters; ``start``: the first iteration this process runs (the
-    worker already holds that version).
+    ``params``: the sampling parameters; ``rows_of(i)``: the prompt rows of iteration i's episodes
+    (a run with an environment; None: single-turn); ``start``: the first iteration this process
+    runs (the worker already holds that version).
     """
 
     def __init__(self, worker, max_staleness: int, prompts_of: Callable[[int], tuple], seed_of: Callable[[int], int],
-                 params, start: int = 0):
+                 params, start: int = 0, rows_of: Callable[[int], list[dict]] | None = None):
         if max_staleness < 1:
             raise ValueError(f"max_staleness must be >= 1 for a pipeline, got {max_staleness}")
         self.worker, self.k = worker, max_staleness
-        self.prompts_of, self.seed_of, self.params = prompts_of, seed_of, params
+        self.prompts_of, self.seed_of, self.params, self.rows_of = prompts_of, seed_of, params, rows_of
         self.next = start  # the first iteration whose rollout has not been requested
         self.held: dict[int, Sampled] = {}  # sampled and received, not yet trained on (resume)
 
     def take(self, iteration: int) -> Sampled:
         """Iteration ``iteration``'s rollout, after asking for those up to ``iteration + k``."""
         while self.next <= iteration + self.k:
-            self.worker.request(*self.prompts_of(self.next), self.params, self.seed_of(self.next), key=self.next)
+            rows = {} if self.rows_of is None else {"rows": self.rows_of(self.next)}
+            self.worker.request(*self.prompts_of(self.next), self.params, self.seed_of(self.next), key=self.next, **rows)
             self.next += 1
         sampled = self.held.pop(iteration, None) or self.worker.receive(iteration)
         lag = staleness(iteration, sampled.version)

@@ -94,6 +94,13 @@ def captured_logprobs(rollout_cfg, name: str | None = None) -> bool:
     return bool(getattr(rollout_cfg, engine_spec(name or rollout_cfg.engine).logprobs_switch))
 
 
+def pi_old_captured(rollout_cfg) -> bool:
+    """The actor takes pi_old from the engine's sampling pass and skips its own scoring forward: the
+    engine's switch is on and the rollout is sampled by the actor's current weights (a sampling
+    worker's log-probs, with ``rollout.max_staleness`` >= 1, are of older weights)."""
+    return captured_logprobs(rollout_cfg) and rollout_cfg.max_staleness == 0
+
+
 def engine_settings_block(cfg, name: str | None = None):
     """The config block of the engine's own settings (e.g. ``cfg.rollout.<block>``), or None."""
     spec = engine_spec(name or cfg.rollout.engine)

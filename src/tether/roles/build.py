@@ -13,9 +13,6 @@ from pathlib import Path
 import torch
 
 from tether.config import RLConfig
-from tether.config.environment import episode_budget
-from tether.environments.base import EnvironmentSettings
-from tether.registry.environments import environment_spec, parse_environment_args
 from tether.engines import (
     AdapterOffEngine,
     EngineSettings,
@@ -39,8 +36,9 @@ from tether.roles.sources import (
     shares_reward_base,
 )
 from tether.roles.sources import reward_members as _reward_members
-from tether.rollout import captured_logprobs, make_engine
-from tether.rollout.episodes import EpisodeEngine
+from tether.rollout import make_engine
+from tether.registry.engines import pi_old_captured
+from tether.rollout.episodes import EpisodeEngine, EpisodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -192,10 +190,7 @@ def _actor_roles(cfg: RLConfig, actor_model, head, tokenizer, settings: EngineSe
                            checkpointing=cfg.gradient_checkpointing, strategy=cfg.distributed.strategy,
                            prepared=True, wrap=(lambda lm: PolicyWithValueHead(lm, head)) if shared else None)
     model = engine.model.policy if shared else engine.model
-    # The engine's own switch (capture_logprobs or use_engine_logprobs); a sampling worker's
-    # log-probs are of older weights: the actor recomputes pi_old then.
-    captured = captured_logprobs(cfg.rollout) and cfg.rollout.max_staleness == 0
-    actor = Actor(engine, cfg.rollout.temperature, use_captured=captured)
+    actor = Actor(engine, cfg.rollout.temperature, use_captured=pi_old_captured(cfg.rollout))
     contexts[cfg.model.name_or_path] = context_length(unwrap(model))
     # The generation engine over the actor (one that holds its own weights syncs from it).
     rollout = make_engine(cfg, tokenizer, unwrap(model), actor, contexts[cfg.model.name_or_path], settings, prepared)
@@ -205,29 +200,34 @@ def _actor_roles(cfg: RLConfig, actor_model, head, tokenizer, settings: EngineSe
     return actor, SharedTrunkCritic(actor) if shared else None, rollout, sampler, model
 
 
+def episode_spec(cfg: RLConfig) -> EpisodeSpec:
+    """What an episode engine of the run's ``environment`` block is built from."""
+    return EpisodeSpec.of(cfg.environment, cfg.rollout.max_new_tokens)
+
+
 def episode_engine(cfg: RLConfig, engine, tokenizer) -> EpisodeEngine:
     """``engine`` sampling the episodes of ``environment.kind`` (one environment per episode). Under
     torchrun or on a Ray group of several workers, each process runs the episodes of its share of
     the prompts (its ``generate`` is declared ``@prompts``, the prompt rows split with the prompts)."""
-    env = cfg.environment
-    settings = EnvironmentSettings(env.max_turns, env.tool_targets(), env.tool_timeout_s, env.tool_workers,
-                                   parse_environment_args(env.args, env.kind))
-    episodes = environment_spec(env.kind, "environment.kind").load().episodes(settings)
-    return EpisodeEngine(engine, tokenizer, episodes, env.max_turns, episode_budget(cfg))
+    return episode_spec(cfg).wrap(engine, tokenizer)
 
 
 def _sampler(cfg: RLConfig, lm, actor: Actor, engine, tokenizer, settings: EngineSettings):
     """The sampler of asynchronous RL (``rollout.max_staleness`` >= 1), synced from the actor (one
     per rank under torchrun, each sampling its rank's share): an engine that holds its own weights
     (vLLM) driven from a thread of its own; any other ``rollout.engine`` in a process of its own over
-    a copy of the actor's causal LM ``lm``."""
+    a copy of the actor's causal LM ``lm`` (with an environment, the process runs the episodes: its
+    engine wrapped as the run's own is)."""
     from tether.rollout import engine_spec
     from tether.rollout.worker import EngineThread, RolloutWorker, WorkerSpec
 
     if engine_spec(cfg.rollout.engine).holds_own_weights:
         return EngineThread(engine, actor.sync_weights)
+    # Episodes keep the engine's log-probs: rollout/token_mismatch on the rollouts of current weights.
+    episodes = episode_spec(cfg) if cfg.environment.enabled else None
     spec = WorkerSpec(cfg.rollout.engine, lm.config, tokenizer, autocast=settings.precision.autocast,
-                      capture=cfg.rollout.is_correction != "none", threads=cfg.rollout.worker_threads,
+                      capture=cfg.rollout.is_correction != "none" or episodes is not None,
+                      threads=cfg.rollout.worker_threads, episodes=episodes,
                       attn_implementation=cfg.model.attn_implementation, trust_remote_code=cfg.model.trust_remote_code,
                       dtype=next(lm.parameters()).dtype, device=str(settings.device))
     return RolloutWorker(spec, actor.sync_weights)

@@ -26,10 +26,40 @@ import torch
 
 from tether.common import dispatch
 from tether.data import collate_left, encode_chat
-from tether.environments.base import EpisodeStats, Episodes
+from tether.environments.base import EnvironmentSettings, EpisodeStats, Episodes
 from tether.rollout.base import SamplingParams
 from tether.rollout.episode_tokens import EpisodeTokens, observation_ids
 from tether.types import Rollout
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """Everything an :class:`EpisodeEngine` is built from, in plain picklable values (a sampling
+    worker in a process of its own builds its episode engine from it): the environment kind's
+    registered name, what the kind is handed, the turn cap and the response-token budget."""
+
+    kind: str
+    settings: EnvironmentSettings
+    max_turns: int
+    max_tokens: int
+
+    @classmethod
+    def of(cls, env, max_new_tokens: int) -> "EpisodeSpec":
+        """The spec of an ``environment`` config block (:class:`tether.config.environment.
+        EnvironmentConfig`) sampling ``max_new_tokens`` per turn (the episode's budget defaults to
+        max_turns x max_new_tokens)."""
+        from tether.registry.environments import parse_environment_args
+
+        settings = EnvironmentSettings(env.max_turns, env.tool_targets(), env.tool_timeout_s, env.tool_workers,
+                                       parse_environment_args(env.args, env.kind))
+        return cls(env.kind, settings, env.max_turns, env.budget(max_new_tokens))
+
+    def wrap(self, engine, tokenizer) -> "EpisodeEngine":
+        """``engine`` sampling this kind's episodes (one environment per episode)."""
+        from tether.registry.environments import environment_spec
+
+        episodes = environment_spec(self.kind, "environment.kind").load().episodes(self.settings)
+        return EpisodeEngine(engine, tokenizer, episodes, self.max_turns, self.max_tokens)
 
 
 @dataclass

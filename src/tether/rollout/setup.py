@@ -60,8 +60,10 @@ def run_setup(cfg, tokenizer, actor_model=None, actor=None, context: int | None 
         tokenizer=tokenizer, model=actor_model, path=path or cfg.model.name_or_path, context=context,
         autocast=settings.precision.autocast if settings is not None else "none",
         decode_context=getattr(prepared, "decode_context", None),
-        # The engine returns its sampling log-probs when pi_old comes from them, or for the off-policy correction.
-        capture=captured_logprobs(cfg.rollout) or getattr(cfg.rollout, "is_correction", "none") != "none",
+        # The engine returns its sampling log-probs when pi_old comes from them, for the off-policy
+        # correction, or for the token check of episodes (rollout/token_mismatch).
+        capture=(captured_logprobs(cfg.rollout) or getattr(cfg.rollout, "is_correction", "none") != "none"
+                 or getattr(getattr(cfg, "environment", None), "enabled", False)),
         weights_source=getattr(actor, "sync_weights", None),
         options=dataclasses.asdict(block) if block is not None else {}, seed=cfg.run.seed)
 

@@ -7,8 +7,9 @@ The parent (:class:`RolloutWorker`) and the child (:func:`serve`) talk over one 
 - ``("weights", version, [(name, tensor), ...])``: the actor's weights after ``version`` updates,
   snapshotted in the parent between iterations (a LoRA actor's adapters merged in, as for vLLM);
   the child copies them into its model before it serves the next request;
-- ``("generate", key, prompt_ids, prompts, params, seed)``: one rollout, sampled with the weights
-  the child holds then, under its own RNG stream seeded with ``seed``;
+- ``("generate", key, prompt_ids, prompts, params, seed, rows)``: one rollout, sampled with the
+  weights the child holds then, under its own RNG stream seeded with ``seed`` (``rows``: the prompt
+  rows its episodes start from, when the run has an environment; else None);
 - the child answers each request with ``("rollout", key, version, rollout, wait_s, generate_s)``:
   the version that sampled it, how long the child waited for this request (for weights or for
   work) and how long it sampled; an error is answered with ``("error", text)``.
@@ -16,7 +17,8 @@ The parent (:class:`RolloutWorker`) and the child (:func:`serve`) talk over one 
 Messages go out through a sender thread, so the trainer never blocks on a child that is busy
 sampling. Tensors cross in shared memory (torch.multiprocessing's pickling). Which engine runs
 in the child is the run's ``rollout.engine`` (one that samples the model it is given: lean, hf),
-built through its own ``from_config``; the child has ``threads`` torch threads of its own and keeps
+built through its own ``from_config`` (and wrapped in an episode engine of the run's environment,
+which then runs in the child: its tools too); the child has ``threads`` torch threads of its own and keeps
 its copy on the actor's device (a second process on the same GPU, when the actor is on one).
 """
 
@@ -69,6 +71,8 @@ class WorkerSpec:
     dtype: torch.dtype = torch.float32
     #: Where the worker's copy lives and samples ("cpu", "cuda:1", ...).
     device: str = "cpu"
+    #: The run's episodes (:class:`tether.rollout.episodes.EpisodeSpec`), or None: single-turn.
+    episodes: Any = None
 
 
 class RolloutWorker:
@@ -103,9 +107,11 @@ class RolloutWorker:
         return sum(t.numel() * t.element_size() for _, t in named) / 2**20
 
     @asks
-    def request(self, prompt_ids: list[list[int]], prompts: list[str], params, seed: int, key: int) -> None:
-        """Queue rollout ``key``: sampled after every weight push queued before this call."""
-        self._post(("generate", key, prompt_ids, prompts, params, seed))
+    def request(self, prompt_ids: list[list[int]], prompts: list[str], params, seed: int, key: int,
+                rows: list[dict] | None = None) -> None:
+        """Queue rollout ``key``: sampled after every weight push queued before this call
+        (``rows``: the prompt rows of an episode engine, one per prompt)."""
+        self._post(("generate", key, prompt_ids, prompts, params, seed, rows))
 
     @answers
     def receive(self, key: int) -> Sampled:
@@ -223,8 +229,9 @@ class EngineThread:
         return sum(t.numel() * t.element_size() for _, t in named) / 2**20
 
     @asks
-    def request(self, prompt_ids: list[list[int]], prompts: list[str], params, seed: int, key: int) -> None:
-        self._pending[key] = self._pool.submit(self._generate, key, prompt_ids, prompts, params, seed)
+    def request(self, prompt_ids: list[list[int]], prompts: list[str], params, seed: int, key: int,
+                rows: list[dict] | None = None) -> None:
+        self._pending[key] = self._pool.submit(self._generate, key, prompt_ids, prompts, params, seed, rows)
 
     @answers
     def receive(self, key: int) -> Sampled:
@@ -245,11 +252,11 @@ class EngineThread:
         self.engine.load_weights(named)
         self._version = version
 
-    def _generate(self, key: int, prompt_ids, prompts, params, seed) -> Sampled:
+    def _generate(self, key: int, prompt_ids, prompts, params, seed, rows) -> Sampled:
         if self._version is None:
             raise RuntimeError("a rollout was requested before any weights were pushed")
         start = time.perf_counter()
-        rollout = self.engine.generate(prompt_ids, prompts, params, seed=seed)
+        rollout = self.engine.generate(prompt_ids, prompts, params, seed=seed, **_episode_rows(rows))
         done = time.perf_counter()
         sampled = Sampled(key, rollout, self._version, start - self._idle_since, done - start)
         self._idle_since = done
@@ -267,11 +274,11 @@ def serve(conn, spec: WorkerSpec) -> None:
                 _, version, named = message
                 _load_weights(model, named)
                 continue
-            _, key, prompt_ids, prompts, params, seed = message
+            _, key, prompt_ids, prompts, params, seed, rows = message
             if version is None:
                 raise RuntimeError("a rollout was requested before any weights were sent")
             start = time.perf_counter()
-            rollout = engine.generate(prompt_ids, prompts, params, seed=seed)
+            rollout = engine.generate(prompt_ids, prompts, params, seed=seed, **_episode_rows(rows))
             done = time.perf_counter()
             conn.send(("rollout", key, version, to_device(rollout, "cpu"), start - idle_since, done - start))
             idle_since = done
@@ -297,7 +304,15 @@ def _build(spec: WorkerSpec):
     model = AutoModelForCausalLM.from_config(spec.model_config, trust_remote_code=spec.trust_remote_code, **extra)
     model.to(device=spec.device, dtype=spec.dtype).eval().requires_grad_(False)
     setup = EngineSetup(spec.tokenizer, model=model, autocast=spec.autocast, capture=spec.capture)
-    return engine_class(spec.engine).from_config(setup), model
+    engine = engine_class(spec.engine).from_config(setup)
+    if spec.episodes is not None:
+        engine = spec.episodes.wrap(engine, spec.tokenizer)
+    return engine, model
+
+
+def _episode_rows(rows: list[dict] | None) -> dict:
+    """The keyword an episode engine's ``generate`` takes its prompt rows by (none: single-turn)."""
+    return {} if rows is None else {"rows": rows}
 
 
 def _load_weights(model: torch.nn.Module, named: list) -> None:

@@ -97,3 +97,12 @@ def test_max_staleness_runs_an_engine_that_samples_a_model_in_a_worker():
     # Without a worker the lean engine's log-probs are pi_old: the correction stays refused.
     with pytest.raises(ConfigError, match="or for asynchronous sampling"):
         ppo("rollout.is_correction=mis")
+
+
+def test_episodes_run_on_every_engine_and_asynchronously_but_need_a_chat_template():
+    episodes = ["environment.kind=scripted", "environment.max_turns=3"]
+    assert ppo(*episodes, "rollout.engine=vllm").environment.kind == "scripted"
+    assert ppo(*episodes, "rollout.max_staleness=1").rollout.max_staleness == 1
+    with pytest.raises(ConfigError) as err:
+        ppo(*episodes, "model.chat_template=never")
+    assert "model.chat_template=never" in str(err.value) and "chat_template=auto" in str(err.value)

@@ -164,3 +164,22 @@ def test_tether_eval_runs_the_episodes_of_a_runs_environment(trained, tmp_path, 
     assert main([*base, "--environment", str(run)]) == 2
     err = capsys.readouterr().err
     assert "episodes.jsonl" in err and "row 2" in err and "follow_ups" in err
+
+
+def test_masked_truncated_episodes_train_nothing(trained, tmp_path, capsys):
+    """environment.max_tokens=8 cuts every three-turn episode: with environment.mask_truncated the
+    actor's gradient is exactly 0 (every row masked), without it the same episodes train; online DPO,
+    whose pairs would compare a response with nothing, refuses the key."""
+    prompts = scripted_prompts(trained["task"], tmp_path / "episodes.jsonl", n=4)
+    norms = {}
+    for mask in ("true", "false"):
+        out = tmp_path / mask
+        assert main(["grpo", *episode_args(trained, out, prompts, "group.size=2", "rl.minibatch_size=4",
+                                           "environment.max_tokens=8", f"environment.mask_truncated={mask}")]) == 0
+        row = next(r for r in read_metrics(out / "metrics.jsonl") if "objective/score" in r)
+        assert row["env/truncated"] == 1.0
+        norms[mask] = row["optim/grad_norm"]
+    assert norms["true"] == 0.0 and norms["false"] > 0.0
+    assert main(["online_dpo", *episode_args(trained, tmp_path / "dpo", prompts, "group.size=2",
+                                             "rl.minibatch_size=4", "environment.mask_truncated=true")]) == 2
+    assert "environment.mask_truncated" in capsys.readouterr().err

@@ -37,6 +37,9 @@ class EnvironmentConfig:
                                          "counted (env/tool_timeouts).", gt=0)
     tool_workers: int = option(4, "Threads running tool calls, shared by all episodes.", ge=1)
     args: list[str] = option(factory=list, help="A plugin environment's settings as key=value strings.")
+    mask_truncated: bool = option(False, "Truncated episodes (cut by max_turns or max_tokens) train nothing: their "
+                                         "tokens leave the policy, KL and value losses. They still count in their "
+                                         "group's baseline and in every metric (env/truncated: the fraction masked).")
 
     @property
     def enabled(self) -> bool:

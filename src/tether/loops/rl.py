@@ -28,17 +28,9 @@ from tether.loops.common import Timer
 from tether.loops.micro_batches import minibatch_order, split_by_token_budget
 from tether.loops.minibatch_stats import average_steps, mean_of, merge_role_steps
 from tether.loops.rollout_pipeline import RolloutPipeline, sampled_stats
-from tether.loops.rl_setup import (
-    PromptSet,
-    ScoreNormalizer,
-    iteration_seed,
-    kl_controller,
-    prompt_indices,
-    sampling_params,
-    score_rollout,
-    shape_scores,
-    with_episode_rewards,
-)
+from tether.loops.rl_setup import (PromptSet, ScoreNormalizer, iteration_seed, kl_controller, prompt_indices,
+                                   sampling_params, score_rollout, shape_scores, with_episode_rewards,
+                                   without_truncated)
 from tether.registry.engines import pi_old_captured
 from tether.rollout import SamplingParams, engine_settings_block, engine_spec
 from tether.rollout.episode_metrics import episode_metrics
@@ -173,6 +165,7 @@ class RLTrainer:
         }
         if rollout.episodes is not None:  # turns, tool calls and errors, truncation, the engine's tokens
             stats.update(episode_metrics(rollout, self.trainer_logprobs(rollout, logp, timer)))
+            exp = without_truncated(exp) if self.cfg.environment.mask_truncated else exp  # they train nothing
         return exp, stats
 
     def trainer_logprobs(self, rollout: Rollout, logp: torch.Tensor, timer: Timer) -> torch.Tensor | None:

@@ -4,6 +4,7 @@ the seeded order in which iterations draw prompts."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from tether.registry.environments import environment_spec
 from tether.loops.common import LengthLimit, fit_to_context, notice
 from tether.common.targets import import_callable
 from tether.rollout import SamplingParams
+from tether.types import Experience
 from tether.common.runtime import rank_seed
 
 
@@ -175,6 +177,16 @@ def prompt_indices(n: int, batch_size: int, iteration: int, seed: int) -> list[i
             orders[pass_idx] = random.Random(seed * 1_000_003 + pass_idx).sample(range(n), n)
         out.append(orders[pass_idx][j])
     return out
+
+
+def without_truncated(exp: Experience) -> Experience:
+    """``exp`` with its truncated episodes out of the loss (``environment.mask_truncated``): their
+    rows of the (B, A) action mask zeroed, everything else as it is (their scores already counted
+    in their group's baseline; ``env/truncated`` is the fraction masked)."""
+    ro = exp.rollout
+    truncated = torch.tensor([record.stats.truncated for record in ro.episodes], device=ro.action_mask.device)
+    mask = ro.action_mask * (~truncated).to(ro.action_mask.dtype)[:, None]
+    return dataclasses.replace(exp, rollout=dataclasses.replace(ro, action_mask=mask))
 
 
 def with_episode_rewards(score: torch.Tensor, rollout, dense: bool) -> torch.Tensor:

@@ -142,7 +142,9 @@ register_algorithm(AlgorithmSpec(
     purpose="online (iterative) DPO on its own samples ranked by a reward, against the reference (beta = kl.coef)",
     needs_critic=False, default_group_size=2, min_group_size=2, whole_groups=True,
     inert_keys=("rl.gamma", "group.scale_by_std", "policy_loss", "kl.placement", "kl.estimator", "rl.clip",
-                "rl.entropy_coef", "rl.micro_batch_tokens", "rollout.is_correction")))
+                "rl.entropy_coef", "rl.micro_batch_tokens", "rollout.is_correction",
+                # A pair with a masked member would compare a response with nothing.
+                "environment.mask_truncated")))
 register_algorithm(AlgorithmSpec(
     "rs", "tether.algorithms.rejection_sampling:RejectionSampling", "Rejection sampling",
     summary="Rejection sampling: fine-tune on the best of N samples per prompt, scored by the reward.",

@@ -35,3 +35,20 @@ def test_a_per_episode_algorithm_gets_the_total_of_the_sampled_turns():
 
 def test_only_ppo_reads_per_token_rewards_among_the_built_ins():
     assert {name for name, spec in ALGORITHMS.items() if spec.dense_rewards} == {"ppo"}
+
+
+def test_masking_truncated_episodes_zeroes_their_rows_of_the_action_mask_only():
+    from tether.environments.base import EpisodeStats
+    from tether.loops.rl_setup import without_truncated
+    from tether.rollout.episodes import EpisodeRecord
+    from tether.types import Experience
+
+    action = torch.tensor([[1, 1, 0, 1, 1], [1, 0, 0, 1, 0]])
+    ro = rollout(action_mask=action)
+    ro.episodes = [EpisodeRecord(EpisodeStats(turns=2), []), EpisodeRecord(EpisodeStats(turns=2, truncated=True), [])]
+    full = torch.ones(2, 5)
+    exp = Experience(ro, full, full, None, torch.tensor([1.0, -1.5]), full, full, full)
+    masked = without_truncated(exp)
+    assert masked.rollout.loss_mask.tolist() == [[1, 1, 0, 1, 1], [0, 0, 0, 0, 0]]
+    assert masked.rollout.response_mask.tolist() == ro.response_mask.tolist()  # still context, still counted
+    assert masked.scores.tolist() == [1.0, -1.5] and exp.rollout.loss_mask.tolist() == action.tolist()

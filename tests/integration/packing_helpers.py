@@ -249,3 +249,17 @@ def drifted_experience(name: str, module, ro: Rollout, cfg):
     scores = torch.randn(len(ro), generator=gen)
     exp, _ = build_algorithm(name, cfg).experience(ro, old, ref, values, scores, kl_coef=0.05)
     return exp
+
+
+def as_episodes(ro: Rollout) -> Rollout:
+    """``ro`` as multi-turn episodes: in each response of 4 tokens or more, a run of tokens from a
+    third of the way in is an observation (action mask 0: context, no loss), so every mask with a
+    hole in it meets the packed and the padded passes, the token budgets and the partitions."""
+    import dataclasses
+
+    action = ro.response_mask.clone()
+    for row, length in enumerate(ro.response_mask.sum(1).tolist()):
+        if length >= 4:
+            start = length // 3
+            action[row, start:start + max(1, length // 4)] = 0
+    return dataclasses.replace(ro, action_mask=action)

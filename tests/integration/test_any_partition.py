@@ -234,6 +234,28 @@ def test_every_partition_of_an_rl_minibatch_is_the_minibatch(name, monkeypatch):
     assert_every_partition_steps_as_one(actor, exp, parts, loss_fn, name)
 
 
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_partition_of_a_minibatch_of_episodes_is_the_minibatch(name, monkeypatch):
+    """The same on multi-turn episodes: observation tokens (action-mask holes) inside the
+    responses, whose long tail the token budget bins."""
+    import test_token_budget_steps as budget_steps
+    from packing_helpers import as_episodes
+
+    monkeypatch.setattr(budget_steps, "ROLLOUT_ROWS", RL_ROWS)
+    actor, ro = tiny_actor(), as_episodes(rollout(seed=3))
+    cfg = rl_config(name)
+    exp = drifted_experience(name, actor.engine.model, ro, cfg)
+    if name == "rs":
+        won = torch.tensor([1, 0, 1, 1, 0, 0, 1, 1], dtype=torch.float32)[:, None]
+        exp.advantages = exp.returns = exp.rewards = exp.rollout.loss_mask.float() * won
+    loss_fn = build_algorithm(name, cfg).actor_loss(0.05)
+    group = cfg.samples_per_prompt if ALGORITHMS[name].whole_groups else 1
+    parts = rl_partitions(len(exp), group, exp.rollout.attention_mask.sum(1).tolist())
+    assert len(parts["token budget"]) >= 2
+
+    assert_every_partition_steps_as_one(actor, exp, parts, loss_fn, f"{name} on episodes")
+
+
 def test_every_partition_of_a_critic_minibatch_is_the_minibatch(monkeypatch):
     """PPO's value loss on a scalar-head critic, split the same ways."""
     import test_token_budget_steps as budget_steps

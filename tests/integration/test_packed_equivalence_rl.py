@@ -19,6 +19,7 @@ from packing_helpers import (
     TEMPERATURE,
     TRIMMED,
     assert_modes_agree,
+    as_episodes,
     assert_trimmed_if_supported,
     build,
     max_diff,
@@ -100,6 +101,24 @@ def test_actor_loss_of_every_algorithm(name, arch, attn):
         return {f"{name} actor loss": (loss, None)}, loss
 
     assert_modes_agree(module, compute, f"{name} actor loss on {arch}-{attn}", len(ro))
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_actor_loss_of_every_algorithm_on_episodes(name):
+    """The same on multi-turn episodes (observation tokens inside the responses: action-mask holes)."""
+    lm, ro = build("llama", "sdpa"), as_episodes(rollout())
+    assert (ro.loss_mask != ro.response_mask).any()
+    module = with_value_head(lm) if ALGORITHMS[name].needs_critic else lm
+    exp = experience(name, module, ro)
+    loss_fn = build_algorithm(name, config(name)).actor_loss(0.05)
+    with_entropy = bool(getattr(loss_fn, "needs_entropy", False))
+
+    def compute(m):
+        out = policy_forward(m, exp.rollout, TEMPERATURE, with_entropy, "none")
+        loss, _ = loss_fn(out, exp)
+        return {f"{name} actor loss on episodes": (loss, None)}, loss
+
+    assert_modes_agree(module, compute, f"{name} actor loss on episodes", len(ro))
 
 
 @pytest.mark.parametrize("arch, attn", MODELS, ids=MODEL_IDS)

@@ -81,3 +81,26 @@ def test_hand_made_episodes_are_judged_on_their_final_answer():
     answers = [final_answer(m) for m in (right, slipped, still_calling)]
     assert answers[:2] == ["37 times 4 is 148 .", "37 times 4 is 152 ."]
     assert gold_reward([prompt] * 3, answers) == [1.0, -1.0, -1.5]
+
+
+def test_tether_compare_runs_the_tool_demo_at_test_size(tmp_path, capsys):
+    """`tether compare --tool-demo` end to end for one seed at test size: both SFTs, GRPO in episodes
+    and GRPO single-turn, every checkpoint measured on the held-out facts; the table, the chart and
+    the per-seed report written; flags that do not apply are refused."""
+    out = tmp_path / "cmp"
+    small = ["rl.iterations=1", "rl.epochs=1", "rollout.batch_size=4", "group.size=2", "rl.minibatch_size=8"]
+    sets = ["task:n_sft=200", "task:n_sft_eval=10", "task:n_eval_prompts=8", "sft_tools:max_steps=20",
+            "sft_notool:max_steps=20", *(f"{m}:{kv}" for m in ("grpo", "notool") for kv in small)]
+    args = ["compare", "--tool-demo", "--methods", "grpo,notool", "--eval-repeats", "1", "--out", str(out)]
+    assert main([*args, *(a for s in sets for a in ("--set", s))]) == 0
+    data = json.loads((out / "compare.json").read_text())
+    seed = data["per_seed"][0]["methods"]
+    assert seed["grpo"]["rl"]["n"] == 8 and seed["grpo"]["rl"]["turns"] >= 1 and "tool_call_rate" in seed["grpo"]["rl"]
+    assert "turns" not in seed["notool"]["rl"] and seed["grpo"]["train_env"]["iteration"] == 1
+    assert "rl_gold_minus_notool" in data["summary"]["grpo"]
+    assert (out / "compare.png").stat().st_size > 10_000 and (out / "seed0" / "report.json").is_file()
+    assert "| gold after RL |" in capsys.readouterr().out
+    assert main([*args, "--jobs", "2"]) == 2
+    assert "--jobs does not apply" in capsys.readouterr().err
+    assert main([*args[:-2], "--methods", "rloo", "--out", str(tmp_path / "x")]) == 2
+    assert "notool" in capsys.readouterr().err

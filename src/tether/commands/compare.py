@@ -17,8 +17,16 @@ def register(sub) -> None:
         "With --seeds N the whole comparison runs N times (DIR/seed<S>/, each complete) and DIR holds the "
         "aggregate: mean ± sd and the 95% interval of every number over the seeds.",
     )
-    p.add_argument("--demo", action="store_true", required=True,
-                   help="Compare on the demo task (the only task compare knows today).")
+    task = p.add_mutually_exclusive_group(required=True)
+    task.add_argument("--demo", action="store_true",
+                      help="Compare on the demo task: the RL algorithms and the preference methods.")
+    task.add_argument("--tool-demo", action="store_true",
+                      help="Compare on the tool demo (docs/episodes.md): each RL algorithm with a "
+                           "configs/demo/<method>_tools.yaml preset trained in episodes calling the calculator, from "
+                           "SFT on tool demonstrations, against `notool` (SFT on direct answers, then GRPO "
+                           "single-turn); every policy measured on the held-out facts. --seeds defaults to 1 here "
+                           "too; --from and --jobs do not apply. --set may also name sft_tools, sft_notool and "
+                           "task (the calc task builder's sizes, e.g. task:n_sft=200).")
     p.add_argument("--out", default="runs/compare", help="Directory DIR for the runs and results (default runs/compare).")
     p.add_argument("--from", dest="source", default=None, metavar="DEMO_DIR",
                    help="Reuse the task, SFT and reward model of a `tether demo` run (default: build them in DIR/demo).")
@@ -41,6 +49,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if args.tool_demo:
+        return run_tool_demo(args)
     from pathlib import Path
 
     from tether.commands.demo import parse_sets
@@ -74,4 +84,35 @@ def run(args) -> int:
     else:
         print(compare_table(data))
         print(f"\nwritten: {args.out}/compare.json, compare.md, compare.png")
+    return 0
+
+
+def run_tool_demo(args) -> int:
+    """`tether compare --tool-demo` (:mod:`tether.demo.tool_compare`)."""
+    from pathlib import Path
+
+    from tether.commands.demo import parse_sets
+    from tether.common.outputs import check_output_dir
+    from tether.demo.tool_compare import EXTRA_NAMES, compare_tool_demo, methods
+    from tether.plots.tool_compare import tool_compare_table
+
+    choices = methods()
+    chosen = [m.strip() for m in (args.methods or ",".join(choices)).split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in choices]
+    if not chosen or unknown:
+        raise ConfigError(f"--methods {args.methods!r} with --tool-demo: expected a comma-separated list of "
+                          f"{', '.join(choices)} (the RL algorithms with a configs/demo/<method>_tools.yaml preset, "
+                          "and the notool baseline).")
+    for flag, value, default in (("--from", args.source, None), ("--jobs", args.jobs, 1)):
+        if value != default:
+            raise ConfigError(f"{flag} does not apply to --tool-demo: its stages run one after the other in this "
+                              "process, from a task built per seed.")
+    for flag, value in (("--eval-repeats", args.eval_repeats), ("--seeds", args.seeds)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}.")
+    sets = parse_sets(args.sets, (*choices, *EXTRA_NAMES), "METHOD")
+    check_output_dir(args.out, "--out")
+    data = compare_tool_demo(Path(args.out), chosen, args.seed, args.seeds, sets, args.eval_repeats)
+    print(tool_compare_table(data))
+    print(f"\nwritten: {args.out}/compare.json, compare.md, compare.png; {args.out}/seed<S>/ for each seed")
     return 0

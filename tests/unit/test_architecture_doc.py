@@ -110,9 +110,11 @@ def test_a_built_in_reward_kind_touches_the_files_the_doc_says(name):
     assert len(files | {"tether/registry/rewards.py"}) == documented_files("a reward kind")
 
 
-#: The demo pipeline (SFT -> reward model -> RL, in demo/ and feedback/iterate.py) and
-#: the padding bench (bench/padding.py) run particular stages by design: SFT's and the reward model's.
-DEMO_PIPELINE = {"tether/demo/__init__.py", "tether/demo/compare.py", "tether/feedback/iterate.py", "tether/bench/padding.py"}
+#: The demo pipelines (SFT -> reward model -> RL, in demo/ and feedback/iterate.py; the tool demo's
+#: SFT -> RL in demo/tool_compare.py) and the padding bench (bench/padding.py) run particular stages
+#: by design: SFT's and the reward model's.
+DEMO_PIPELINE = {"tether/demo/__init__.py", "tether/demo/compare.py", "tether/demo/tool_compare.py",
+                 "tether/feedback/iterate.py", "tether/bench/padding.py"}
 
 
 @pytest.mark.parametrize("name", list(STAGES))

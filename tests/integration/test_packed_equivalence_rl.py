@@ -84,12 +84,9 @@ def experience(name: str, module, ro: Rollout):
     return drifted_experience(name, module, ro, config(name))
 
 
-@pytest.mark.parametrize("name", list(ALGORITHMS))
-@pytest.mark.parametrize("arch, attn", MODELS, ids=MODEL_IDS)
-def test_actor_loss_of_every_algorithm(name, arch, attn):
-    """Each registered algorithm's actor loss on policy_forward's output, as the actor's update
-    applies it (PPO's with a shared-trunk value head, so its value term is in the loss too)."""
-    lm, ro = build(arch, attn), rollout()
+def assert_actor_loss_agrees(name: str, lm, ro: Rollout, where: str) -> None:
+    """Algorithm ``name``'s actor loss on policy_forward's output, as the actor's update applies it
+    (PPO's with a shared-trunk value head, so its value term is in the loss too), packed and padded."""
     module = with_value_head(lm) if ALGORITHMS[name].needs_critic else lm
     exp = experience(name, module, ro)
     loss_fn = build_algorithm(name, config(name)).actor_loss(0.05)
@@ -98,27 +95,23 @@ def test_actor_loss_of_every_algorithm(name, arch, attn):
     def compute(m):
         out = policy_forward(m, exp.rollout, TEMPERATURE, with_entropy, "none")
         loss, _ = loss_fn(out, exp)
-        return {f"{name} actor loss": (loss, None)}, loss
+        return {where: (loss, None)}, loss
 
-    assert_modes_agree(module, compute, f"{name} actor loss on {arch}-{attn}", len(ro))
+    assert_modes_agree(module, compute, where, len(ro))
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+@pytest.mark.parametrize("arch, attn", MODELS, ids=MODEL_IDS)
+def test_actor_loss_of_every_algorithm(name, arch, attn):
+    assert_actor_loss_agrees(name, build(arch, attn), rollout(), f"{name} actor loss on {arch}-{attn}")
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_actor_loss_of_every_algorithm_on_episodes(name):
     """The same on multi-turn episodes (observation tokens inside the responses: action-mask holes)."""
-    lm, ro = build("llama", "sdpa"), as_episodes(rollout())
+    ro = as_episodes(rollout())
     assert (ro.loss_mask != ro.response_mask).any()
-    module = with_value_head(lm) if ALGORITHMS[name].needs_critic else lm
-    exp = experience(name, module, ro)
-    loss_fn = build_algorithm(name, config(name)).actor_loss(0.05)
-    with_entropy = bool(getattr(loss_fn, "needs_entropy", False))
-
-    def compute(m):
-        out = policy_forward(m, exp.rollout, TEMPERATURE, with_entropy, "none")
-        loss, _ = loss_fn(out, exp)
-        return {f"{name} actor loss on episodes": (loss, None)}, loss
-
-    assert_modes_agree(module, compute, f"{name} actor loss on episodes", len(ro))
+    assert_actor_loss_agrees(name, build("llama", "sdpa"), ro, f"{name} actor loss on episodes")
 
 
 @pytest.mark.parametrize("arch, attn", MODELS, ids=MODEL_IDS)

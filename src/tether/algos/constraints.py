@@ -19,7 +19,6 @@ caller reports the violation rather than letting the score shrink toward ``-c``.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 

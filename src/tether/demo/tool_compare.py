@@ -147,7 +147,6 @@ def run_seed(seed: int, out: Path, chosen: list[str], sets: dict[str, list[str]]
     sft_done: dict[str, tuple] = {}  # kind -> (its SFT config, its measurement, seconds)
     for method in chosen:
         kind = BASELINE if method == BASELINE else "tools"
-        rl_cfg = None
         if kind not in sft_done:
             say(f"[seed {seed}] {SFT[kind]}")
             sft_cfg = stage_config(SFTConfig, SFT[kind], task, seed_dir, seed, sets.get(SFT[kind], []))

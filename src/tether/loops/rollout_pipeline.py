@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from tether.rollout.worker import Sampled
+from tether.rollout.worker import Sampled, episode_rows
 from tether.types import Rollout
 
 
@@ -62,7 +62,7 @@ class RolloutPipeline:
     def take(self, iteration: int) -> Sampled:
         """Iteration ``iteration``'s rollout, after asking for those up to ``iteration + k``."""
         while self.next <= iteration + self.k:
-            rows = {} if self.rows_of is None else {"rows": self.rows_of(self.next)}
+            rows = episode_rows(None if self.rows_of is None else self.rows_of(self.next))
             self.worker.request(*self.prompts_of(self.next), self.params, self.seed_of(self.next), key=self.next, **rows)
             self.next += 1
         sampled = self.held.pop(iteration, None) or self.worker.receive(iteration)

@@ -256,7 +256,7 @@ class EngineThread:
         if self._version is None:
             raise RuntimeError("a rollout was requested before any weights were pushed")
         start = time.perf_counter()
-        rollout = self.engine.generate(prompt_ids, prompts, params, seed=seed, **_episode_rows(rows))
+        rollout = self.engine.generate(prompt_ids, prompts, params, seed=seed, **episode_rows(rows))
         done = time.perf_counter()
         sampled = Sampled(key, rollout, self._version, start - self._idle_since, done - start)
         self._idle_since = done
@@ -278,7 +278,7 @@ def serve(conn, spec: WorkerSpec) -> None:
             if version is None:
                 raise RuntimeError("a rollout was requested before any weights were sent")
             start = time.perf_counter()
-            rollout = engine.generate(prompt_ids, prompts, params, seed=seed, **_episode_rows(rows))
+            rollout = engine.generate(prompt_ids, prompts, params, seed=seed, **episode_rows(rows))
             done = time.perf_counter()
             conn.send(("rollout", key, version, to_device(rollout, "cpu"), start - idle_since, done - start))
             idle_since = done
@@ -310,7 +310,7 @@ def _build(spec: WorkerSpec):
     return engine, model
 
 
-def _episode_rows(rows: list[dict] | None) -> dict:
+def episode_rows(rows: list[dict] | None) -> dict:
     """The keyword an episode engine's ``generate`` takes its prompt rows by (none: single-turn)."""
     return {} if rows is None else {"rows": rows}
 

@@ -12,7 +12,8 @@ import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Literal
 
-from tether.config.base import option
+from tether.config.base import option, section
+from tether.config.judge import JudgeConfig
 from tether.common.errors import ConfigError
 from tether.registry.rewards import built_in_kinds, kinds_set, parse_args, reward_kind
 
@@ -44,6 +45,19 @@ class RewardTermConfig:
     length_target: int = option(0, "Response tokens free of the length penalty.", ge=0)
     regex: str | None = option(None, "Built-in: a Python regular expression; score 1.0 when re.search finds it in "
                                      "the response text, else 0.0.")
+    judge: JudgeConfig = section(JudgeConfig, "An LLM judge scoring each response by a rubric over an OpenAI-"
+                                              "compatible endpoint (RLAIF); selected by judge.url. docs/judges.md.")
+    normalize: bool = option(False, "Standardise this term by its running mean and std (every batch so far) "
+                                    "before weighting: terms of different scales then weigh as their weights say; "
+                                    "the statistics are logged (objective/<name>/mean, /std) and saved for resume.")
+    limit: float | None = option(None, "Make this term a cost constraint, E[term] <= limit, instead of a summand: "
+                                       "the score is (r - sum_k lambda_k c_k) / (1 + sum_k lambda_k) (Safe RLHF), "
+                                       "each multiplier lambda_k raised by dual ascent while its limit is broken.")
+    multiplier_lr: float = option(0.1, "The constraint's dual-ascent step: lambda += multiplier_lr * (batch mean - "
+                                       "limit), kept within [0, multiplier_max].", gt=0)
+    multiplier_max: float = option(100.0, "The constraint's largest multiplier: a limit that can never be met "
+                                          "stops its multiplier here (constraint/<name>/violation stays > 0).", gt=0)
+    multiplier_init: float = option(0.0, "The constraint's multiplier at the first iteration.", ge=0)
     kind: str | None = option(None, "A plugin's reward kind by its registered name (tether.registry.rewards), "
                                     "configured by args.")
     args: list[str] = option(factory=list, help="The plugin kind's settings as key=value strings (the keys its "
@@ -53,6 +67,11 @@ class RewardTermConfig:
         """The kinds this term selects: each built-in whose key it sets, and its ``kind`` (exactly one
         in a valid term)."""
         return kinds_set(self)
+
+    def judge_set(self) -> list[str]:
+        """The judge block's keys set to anything but their defaults."""
+        default = JudgeConfig()
+        return [f.name for f in fields(JudgeConfig) if getattr(self.judge, f.name) != getattr(default, f.name)]
 
     def check(self, key: str) -> None:
         """Errors name ``key`` (``reward.terms[i]``): the name, one source, no inert setting, a valid regex."""
@@ -79,11 +98,27 @@ class RewardTermConfig:
             inert.append(("length_target", "with no length_penalty"))
         if not self.kind:
             inert.append(("args", "with no kind (they are a plugin kind's settings)"))
+        if self.limit is None:
+            inert += [(leaf, "with no limit (it is a cost constraint's setting)")
+                      for leaf in ("multiplier_lr", "multiplier_max", "multiplier_init")]
+        elif self.normalize:
+            inert.append(("normalize", "on a cost constraint (its limit is in the term's own units)"))
+        elif self.weight != 1.0:
+            inert.append(("weight", "on a cost constraint (its multiplier weighs it; the limit is in the term's "
+                                    "own units)"))
         defaults = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(self)}
         for leaf, why in inert:
             if getattr(self, leaf) != defaults[leaf]:
                 raise ConfigError(f"Config key '{key}.{leaf}' = {getattr(self, leaf)!r} is set {why}, so it would "
                                   f"have no effect; drop it (default {defaults[leaf]!r}).")
+        if self.judge.enabled:
+            self.judge.check(f"{key}.judge")
+        elif self.judge != JudgeConfig():
+            raise ConfigError(f"Config key '{key}.judge' sets {', '.join(self.judge_set())} without judge.url, so it "
+                              "would have no effect; set judge.url (the judge server) or drop them.")
+        if self.limit is not None and self.multiplier_init > self.multiplier_max:
+            raise ConfigError(f"Config key '{key}.multiplier_init' = {self.multiplier_init!r} is above "
+                              f"'{key}.multiplier_max' = {self.multiplier_max!r}.")
         if self.regex is not None:
             try:
                 re.compile(self.regex)

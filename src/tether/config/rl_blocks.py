@@ -16,6 +16,10 @@ from tether.config.reward_terms import RewardTermConfig
 from tether.common.errors import ConfigError
 
 
+#: The loop's own ``objective/*`` metrics: a term logged as ``objective/<name>`` may not take these names.
+OBJECTIVE_STATS = ("score", "score_raw", "score_std", "kl", "kl_k3", "kl_coef", "entropy", "non_score_reward")
+
+
 @dataclass(frozen=True)
 class RewardSourceConfig:
     """Where PPO's sequence score comes from."""
@@ -80,6 +84,12 @@ class RewardSourceConfig:
                 raise ConfigError(f"Config key 'reward.terms[{i}].name' = {term.name!r}: reward.terms[{seen[term.name]}] "
                                   "has that name too; each term needs its own (it names the metric reward/<name>).")
             seen[term.name] = i
+        if any(term.normalize or term.limit is not None for term in self.terms):
+            for i, term in enumerate(self.terms):
+                if term.name in OBJECTIVE_STATS:
+                    raise ConfigError(f"Config key 'reward.terms[{i}].name' = {term.name!r}: with normalised or "
+                                      f"limited terms each term is logged as objective/<name>, and objective/"
+                                      f"{term.name} is the loop's own metric; rename the term.")
 
     def term_weights(self) -> tuple[list[str], list[float]]:
         """The reward's terms' names and weights: ``reward.terms``'s, or the one source's ("score", 1)."""
@@ -389,6 +399,10 @@ def check_learning_signal(cfg) -> None:
                           "DPO's beta, and at 0 every pair's loss is log 2 with a zero gradient, so no update would "
                           "train; expected a kl.coef above 0 (e.g. 0.1).")
     terms = cfg.reward.terms
+    if terms and all(term.limit is not None for term in terms):
+        raise ConfigError("Config key 'reward.terms': every term is a cost constraint (limit set), so there is no "
+                          "objective to maximise; expected at least one term without a limit.")
+    terms = [term for term in terms if term.limit is None]
     if terms and all(term.weight == 0 for term in terms):
         names = ", ".join(term.name for term in terms)
         raise ConfigError(f"Config key 'reward.terms': every term's weight is 0 ({names}), so every score would be 0 "

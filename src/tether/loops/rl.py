@@ -28,6 +28,7 @@ from tether.loops.common import Timer
 from tether.loops.micro_batches import minibatch_order, split_by_token_budget
 from tether.loops.minibatch_stats import average_steps, mean_of, merge_role_steps
 from tether.loops.rollout_pipeline import RolloutPipeline, sampled_stats
+from tether.loops.reward_objectives import RewardObjectives
 from tether.loops.rl_setup import (PromptSet, ScoreNormalizer, iteration_seed, kl_controller, prompt_indices,
                                    sampling_params, score_rollout, shape_scores, with_episode_rewards,
                                    without_truncated)
@@ -53,6 +54,7 @@ class RLTrainer:
         self.sampling = sampling_params(cfg)
         self.kl_ctl = kl_controller(cfg)
         self.normalize = ScoreNormalizer(cfg.reward.normalize)
+        self.objectives = RewardObjectives(cfg.reward.terms)  # weights, per-term normalisers, constraints
         self.iteration = 0
         self.last_ratio_deviation = self.last_sync_diff = float("nan")
         self.last_experience, self.last_version = None, None  # and the weights version that sampled it (async)
@@ -129,7 +131,7 @@ class RLTrainer:
         with timer("values"):
             values = self.critic.values(rollout) if self.critic is not None else None
         with timer("reward"):
-            raw, term_stats = score_rollout(self.reward, rollout, self.cfg, logp.device)  # reward/<name> per term
+            raw, term_stats = score_rollout(self.reward, rollout, self.cfg, logp.device, self.objectives)
         with timer("advantages"):
             score = with_episode_rewards(shape_scores(raw, rollout.ended, self.normalize, self.cfg), rollout,
                                          algorithm_spec(self.cfg.algorithm).dense_rewards)
@@ -255,6 +257,8 @@ class RLTrainer:
     def state_dict(self) -> dict:
         state = {"iteration": self.iteration, "actor": self.actor.state_dict(), "kl_ctl": self.kl_ctl.state_dict(),
                  "normalize": self.normalize.state_dict()}
+        if not self.objectives.plain:  # running term normalisers, constraint multipliers
+            state["objectives"] = self.objectives.state_dict()
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
         if self.pipeline is not None:  # the rollouts sampled ahead: a resumed run trains on these
@@ -268,6 +272,8 @@ class RLTrainer:
             self.critic.load_state_dict(state["critic"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.normalize.load_state_dict(state["normalize"])
+        if not self.objectives.plain:
+            self.objectives.load_state_dict(state.get("objectives", {}))
         if self.pipeline is not None:
             self.pipeline.load_state_dict(state.get("rollouts", {"next": self.iteration, "rollouts": []}))
             self.pipeline.push(self.iteration)  # the worker samples from the resumed weights on

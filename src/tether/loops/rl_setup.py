@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from tether.algos import AdaptiveKLController, FixedKLController, RunningMoments, episode_totals
-from tether.algos.reward_terms import combine_terms, term_means
+from tether.algos.reward_terms import term_means
 from tether.config import RLConfig
 from tether.config.environment import episode_budget
 from tether.data import encode_chat, encode_prompt, load_records, prompt_examples, prompt_text
@@ -19,6 +19,8 @@ from tether.common.errors import DataError
 from tether.environments.base import opening_messages
 from tether.registry.environments import environment_spec
 from tether.loops.common import LengthLimit, fit_to_context, notice
+from tether.loops.reward_objectives import RewardObjectives
+from tether.registry.rewards import kind_of
 from tether.common.targets import import_callable
 from tether.rollout import SamplingParams
 from tether.types import Experience
@@ -128,14 +130,25 @@ class ScoreNormalizer:
         self.moments.load_state_dict(state["moments"])
 
 
-def score_rollout(reward, rollout, cfg: RLConfig, device) -> tuple[torch.Tensor, dict[str, float]]:
+def score_rollout(reward, rollout, cfg: RLConfig, device,
+                  objectives: RewardObjectives | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The reward role's (B,) raw scores of ``rollout`` in float32 on ``device``: every source answers
-    its terms' scores ((B, T) from one ``score_terms`` call; one term for a single source), weighed
-    here; with ``reward.terms``, each term's batch mean ``reward/<name>`` too."""
-    names, weights = cfg.reward.term_weights()
+    its terms' scores ((B, T) from one ``score_terms`` call; one term for a single source), combined
+    by ``objectives`` (the run's, with its state; a fixed-weight sum without one); with
+    ``reward.terms``, each term's batch mean ``reward/<name>``, the objectives' and constraints'
+    stats, and what each reporting term (a judge) did this batch."""
+    objectives = objectives if objectives is not None else RewardObjectives(cfg.reward.terms)
     per_term = reward.score_terms(rollout)
-    logged = term_means(per_term, names) if cfg.reward.terms else {}
-    return combine_terms(per_term, weights).to(device), logged
+    score, stats = objectives(per_term)
+    logged = term_means(per_term, objectives.names) if cfg.reward.terms else {}
+    if reward_reports(cfg):
+        logged.update(reward.metrics())
+    return score.to(device), {**logged, **stats}
+
+
+def reward_reports(cfg: RLConfig) -> bool:
+    """Whether a term's kind reports what it did (its registry entry's ``reports``: a judge)."""
+    return any(kind_of(term, f"reward.terms[{i}]").reports for i, term in enumerate(cfg.reward.terms))
 
 
 def shape_scores(raw: torch.Tensor, ended: torch.Tensor, normalize: "ScoreNormalizer", cfg: RLConfig) -> torch.Tensor:

@@ -95,6 +95,23 @@ def plan_remote_reward(reward, key: str, role: str, cfg, tokenizer, roles: RoleC
     roles.lines.append(f"{roles.head} the reward server at {reward.url} (answered)")
 
 
+def plan_judge_reward(term, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:
+    """The rubric read and the judge asked once that it serves its model, as the run does."""
+    from tether.roles.judge_client import JudgeClient
+    from tether.roles.sources import load_rubric
+
+    j = term.judge
+    load_rubric(j.rubric, f"{key}.judge.rubric")
+    client = JudgeClient(j.url, j.model, j.api_key, j.timeout_s, j.retries, key=f"{key}.judge")
+    try:
+        client.check()
+    finally:
+        client.close()
+    rubric = j.rubric or "the built-in rubric"
+    roles.lines.append(f"{roles.head} the judge {j.model!r} at {j.url} (answered), {rubric}, a score in "
+                       f"[{j.low:g}, {j.high:g}], on failure: {j.on_failure}")
+
+
 def plan_model_reward(reward, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:
     """Each reward model checked as :func:`tether.roles.sources.build_model_reward` loads it, sized
     as role ``role`` (``role0``, ``role1``, ... for an ensemble)."""

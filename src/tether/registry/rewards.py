@@ -1,7 +1,8 @@
 """The reward kinds by name: what a reward source is, how a run builds it and how its dry run plans it.
 
 A reward term (``reward.terms[i]``, or the ``reward`` block itself) is exactly one kind. A built-in
-kind is selected by its own key (``models``, ``callable``, ``url``, ``length_penalty``, ``regex``);
+kind is selected by its own key (``models``, ``callable``, ``url``, ``length_penalty``, ``regex``,
+``judge``: a block, selected when its ``enabled`` says so);
 a plugin's by ``kind: NAME``, its settings in ``args`` (``["key=value", ...]``, the keys its entry
 declares in ``options``). The run (:func:`tether.roles.sources.build_reward`), the dry run
 (:mod:`tether.plan.rl_inputs`) and the config check read this table; importing it loads no torch.
@@ -52,6 +53,8 @@ class RewardKindSpec:
     options: tuple[str, ...] = ()
     loads_models: bool = False
     logs: str = ""
+    #: Its source answers ``metrics()`` (what it did since the last call), logged every iteration.
+    reports: bool = False
 
     def builder(self):
         return import_callable(self.build, f"the reward kind {self.name!r}")
@@ -81,6 +84,9 @@ def built_in_kinds() -> tuple[str, ...]:
 
 
 def _is_set(value) -> bool:
+    """A key selects its kind when set: a value, or a block (``judge``) whose ``enabled`` says so."""
+    if hasattr(value, "enabled"):
+        return bool(value.enabled)
     return value not in (None, "", [], ())
 
 
@@ -142,4 +148,9 @@ register_reward_kind(RewardKindSpec(
 register_reward_kind(RewardKindSpec(
     "regex", "tether.roles.sources:build_regex_reward", "tether.plan.rl_inputs:plan_regex_reward",
     "1 if a regular expression matches the response text, else 0"))
+register_reward_kind(RewardKindSpec(
+    "judge", "tether.roles.sources:build_judge_reward", "tether.plan.rl_inputs:plan_judge_reward",
+    "an LLM judge scoring each response by a rubric over an OpenAI-compatible endpoint (RLAIF)",
+    logs="judge/<name>/*: judgements, failures by kind, unparseable answers, tokens, latency",
+    reports=True))
 _BUILT_IN.update(REWARD_KINDS)

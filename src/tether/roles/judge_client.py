@@ -57,7 +57,7 @@ class JudgeClient:
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout_s: float = 60.0, retries: int = 2,
                  backoff: float = 0.25, concurrency: int = 4, max_tokens: int = 256, temperature: float = 0.0,
-                 key: str = "judge"):
+                 key: str = "the judge block"):
         import httpx2
 
         base = url.rstrip("/").removesuffix("/v1/chat/completions").removesuffix("/v1")

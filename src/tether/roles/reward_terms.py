@@ -60,3 +60,12 @@ class ComposedReward:
     @rows
     def score(self, rollout: Rollout) -> Tensor:
         return combine_terms(self.score_terms(rollout), self.weights)
+
+    def metrics(self) -> dict[str, float]:
+        """What each reporting term (a judge) did since the last call, merged (each names its own keys)."""
+        out: dict[str, float] = {}
+        for source in self.sources:
+            report = getattr(source, "metrics", None)
+            if callable(report):
+                out.update(report())
+        return out

@@ -116,6 +116,43 @@ def build_remote_reward(spec, key: str, context: RewardContext) -> RewardSource:
     return remote
 
 
+def build_judge_reward(term, key: str, context: RewardContext) -> RewardSource:
+    """The ``judge`` kind: an LLM judge over an OpenAI-compatible endpoint, asked once that it
+    serves the model (:class:`tether.roles.judge_reward.JudgeReward`)."""
+    from tether.algos.judge_format import ScoreFormat
+    from tether.roles.judge_client import JudgeClient
+    from tether.roles.judge_reward import JudgeReward
+
+    j = term.judge
+    rubric = load_rubric(j.rubric, f"{key}.judge.rubric")
+    client = JudgeClient(j.url, j.model, j.api_key, j.timeout_s, j.retries, concurrency=j.concurrency,
+                         max_tokens=j.max_tokens, temperature=j.temperature, key=f"{key}.judge")
+    client.check()
+    return JudgeReward(client, rubric, ScoreFormat(j.pattern, j.low, j.high), j.on_failure, j.max_failure_rate,
+                       name=term.name, key=f"{key}.judge")
+
+
+def load_rubric(path: str | None, key: str) -> str:
+    """A judge's rubric text: the file at ``path`` (it must hold ``{prompt}`` and ``{response}``),
+    or the built-in one; a ConfigError naming ``key`` otherwise."""
+    from pathlib import Path
+
+    from tether.algos.judge_format import DEFAULT_RUBRIC
+    from tether.common.errors import ConfigError
+
+    if path is None:
+        return DEFAULT_RUBRIC
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"Config key '{key}' = {path!r}: the rubric file could not be read ({err}).") from None
+    missing = [p for p in ("{prompt}", "{response}") if p not in text]
+    if missing:
+        raise ConfigError(f"Config key '{key}' = {path!r}: the rubric has no {' or '.join(missing)} placeholder; it "
+                          "is filled with each prompt and response by plain replacement.")
+    return text
+
+
 def build_model_reward(spec, key: str, context: RewardContext) -> RewardSource:
     """The ``models`` kind: one reward model, or an ensemble of several."""
     members = []

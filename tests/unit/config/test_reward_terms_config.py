@@ -152,3 +152,27 @@ def test_the_verifiable_demo_preset_loads():
     assert cfg.run.out.startswith("runs/demo") and not cfg.reward.models and not cfg.needs_critic
     assert [t.name for t in cfg.reward.terms] == ["answer", "length", "polite"]
     assert cfg.reward.terms[0].callable == "tether.tasks.arith.verify:answer_reward"
+
+
+def test_objective_and_constraint_keys_are_checked():
+    cfg = ppo("reward.terms=[{name: gold, callable: 'm:f', normalize: true}, "
+              "{name: bang, regex: '!', limit: 0.3, multiplier_lr: 0.05, multiplier_max: 10}]")
+    gold, bang = cfg.reward.terms
+    assert gold.normalize and bang.limit == 0.3 and bang.multiplier_lr == 0.05 and bang.multiplier_max == 10
+    assert "with no limit" in error_of("reward.terms=[{name: a, regex: x, multiplier_lr: 0.5}]")
+    assert "on a cost constraint (its limit" in error_of(
+        "reward.terms=[{name: a, regex: x}, {name: b, regex: y, limit: 0.1, normalize: true}]")
+    assert "on a cost constraint (its multiplier weighs it" in error_of(
+        "reward.terms=[{name: a, regex: x}, {name: b, regex: y, limit: 0.1, weight: 3}]")
+    assert "every term is a cost constraint" in error_of("reward.terms=[{name: b, regex: y, limit: 0.1}]")
+    assert "multiplier_init' = 5.0 is above" in error_of(
+        "reward.terms=[{name: a, regex: x}, {name: b, regex: y, limit: 0.1, multiplier_init: 5, multiplier_max: 1}]")
+    # a zero weight on every objective is still nothing to learn, whatever the constraints
+    assert "every term's weight is 0" in error_of(
+        "reward.terms=[{name: a, regex: x, weight: 0}, {name: b, regex: y, limit: 0.1}]")
+
+
+def test_a_term_logged_as_an_objective_may_not_take_the_loops_own_names():
+    assert "objective/kl is the loop's own metric" in error_of(
+        "reward.terms=[{name: kl, regex: x, normalize: true}]")
+    ppo("reward.terms=[{name: kl, regex: x}]")  # a plain sum logs reward/<name> only

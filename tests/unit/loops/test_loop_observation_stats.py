@@ -11,6 +11,7 @@ import torch
 from tether.algorithms import algorithm
 from tether.config import RLConfig, load_config
 from tether.loops.common import Timer
+from tether.loops.reward_objectives import RewardObjectives
 from tether.loops.rl import RLTrainer
 from tether.loops.rl_setup import ScoreNormalizer, kl_controller
 from tether.types import Rollout
@@ -49,6 +50,7 @@ def trainer(*extra) -> RLTrainer:
     t.cfg, t.iteration, t.algo = cfg, 0, algorithm(cfg.algorithm, cfg)
     t.actor, t.reference, t.critic, t.reward = Policy(LOGP, ENTROPY), Policy(REF), Values(), Reward()
     t.normalize, t.kl_ctl = ScoreNormalizer("none"), kl_controller(cfg)
+    t.objectives = RewardObjectives(cfg.reward.terms)
     return t
 
 

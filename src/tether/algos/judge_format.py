@@ -25,6 +25,20 @@ SCORE_PATTERN = r"(?i)\bscore\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)"
 PREFERENCE_PATTERN = r"(?i)\bwinner\s*[:=]\s*\W{0,4}(A|B|tie)\b"
 
 
+#: The rubric a judge term uses when it names none: a 1-10 score, the answer ending "Score: N".
+DEFAULT_RUBRIC = """You are grading an assistant's answer to a user's request.
+
+Request:
+{prompt}
+
+Answer:
+{response}
+
+Judge whether the answer is correct, helpful and to the point. Reply with one short sentence of \
+reasons, then a last line of the form "Score: N", where N is an integer from 1 (useless or wrong) \
+to 10 (correct and ideal)."""
+
+
 @dataclass(frozen=True)
 class ScoreFormat:
     """A pointwise judge's declared answer: ``pattern`` (its first group: the score) and the scale."""

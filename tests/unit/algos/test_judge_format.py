@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.roles.judge_format import (
+from tether.algos.judge_format import (
     ScoreFormat,
     fill,
     pairwise_outcome,

@@ -1,0 +1,65 @@
+"""The ``judge`` block of a reward term (``reward.terms[i].judge``): an LLM asked to score each
+response (RLAIF), reached over any OpenAI-compatible chat endpoint. The block is set when ``url``
+is; the kind is :mod:`tether.registry.rewards`'s ``judge`` (docs/judges.md)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from tether.common.errors import ConfigError
+from tether.config.base import option
+from tether.algos.judge_format import SCORE_PATTERN
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """A pointwise LLM judge: a rubric filled with each prompt and response, the score read from its answer."""
+
+    url: str = option("", "The judge's OpenAI-compatible server (`tether serve`, vLLM's OpenAI server, a hosted "
+                          "provider): POST {url}/v1/chat/completions. Setting it selects the judge kind.")
+    model: str = option("", "The model name the server serves the judge under (GET {url}/v1/models lists it).")
+    rubric: str | None = option(None, "A text file (a scoring guide, a constitution's principles) with the "
+                                      "placeholders {prompt} and {response}, sent as the user message; null = the "
+                                      "built-in rubric (a 1-10 score of helpfulness and correctness).", path=True)
+    pattern: str = option(SCORE_PATTERN, "A regular expression whose first group is the score; the answer's last "
+                                         "match counts.")
+    low: float = option(1.0, "The lowest score of the rubric's scale; a score outside [low, high] is unparseable.")
+    high: float = option(10.0, "The highest score of the rubric's scale.")
+    on_failure: Literal["lowest", "error"] = option(
+        "lowest", "A judgement that failed (no answer after the retries, or no score in it): lowest = it scores "
+                  "`low` and is counted (judge/<name>/failed, /unparseable); error = the run stops naming it.")
+    max_failure_rate: float = option(0.5, "The run stops when more than this fraction of one batch's judgements "
+                                          "failed (a judge that is down or answers garbage), whatever on_failure "
+                                          "says; 1 = never.", ge=0, le=1)
+    timeout_s: float = option(60.0, "Seconds one request may take before it is retried.", gt=0)
+    retries: int = option(2, "Further tries of a request that timed out, was refused or answered HTTP 429/5xx.", ge=0)
+    concurrency: int = option(4, "Requests in flight at once.", ge=1)
+    max_tokens: int = option(256, "The most tokens the judge may write per answer.", ge=1)
+    temperature: float = option(0.0, "The judge's sampling temperature (0 = greedy; its answers are cached by "
+                                     "content either way).", ge=0)
+    api_key: str | None = option(None, "The judge server's key; saved in config.yaml, so prefer null and the "
+                                       "TETHER_JUDGE_API_KEY variable.")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.url)
+
+    def check(self, key: str) -> None:
+        """Errors name ``key`` (``reward.terms[i].judge``): a model, a pattern with a group, a scale."""
+        if not self.model:
+            raise ConfigError(f"Config key '{key}.model' is empty: name the model the judge server serves "
+                              f"(GET {self.url.rstrip('/')}/v1/models lists them).")
+        try:
+            groups = re.compile(self.pattern).groups
+        except re.error as err:
+            raise ConfigError(f"Config key '{key}.pattern' = {self.pattern!r}: not a valid Python regular expression "
+                              f"({err}).") from None
+        if groups < 1:
+            raise ConfigError(f"Config key '{key}.pattern' = {self.pattern!r} has no group: its first group is the "
+                              "score.")
+        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
+            raise ConfigError(f"Config keys '{key}.low' = {self.low!r} and '{key}.high' = {self.high!r}: expected "
+                              "finite numbers with low < high.")

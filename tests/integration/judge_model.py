@@ -1,0 +1,64 @@
+"""A tiny Qwen2 judge that has learned one verdict by heart, for the judge reward's end-to-end tests:
+asked anything in the chat format, it answers (greedily) ``Score: 8``. Its tokenizer is the tool
+model's byte-level BPE with a ChatML template (tests/integration/tool_model.py), so `tether serve`
+and vLLM's OpenAI server render the prompts it learned. A constant verdict is what a transport test
+needs: every parsed score is 8, so a run's reward/<name> says the answers came through unchanged.
+Nothing is downloaded; building takes seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tool_model import TEMPLATE, _learned, build_tokenizer
+
+VERDICT = "Score: 8"
+RUBRIC = "Grade this answer.\nQ: {prompt}\nA: {response}\n"
+SEEN = [("what is 3 + 4 ?", "7"), ("what is 2 times 6 ?", "the answer is 12 !"), ("what is 9 - 1 ?", "8 ."),
+        ("what is 5 + 5 ?", "ten"), ("what is 7 times 3 ?", "21 ! 21 !"), ("what is 8 - 6 ?", ""),
+        ("what is 4 + 1 ?", "5 5 5 5 5 5"), ("what is 6 times 6 ?", "sure . 36")]
+HELD_OUT = [("what is 1 + 1 ?", "2 !"), ("what is 3 times 3 ?", "nine . ok")]
+
+
+def _examples(tok, pairs) -> list[tuple[torch.Tensor, int]]:
+    out = []
+    for prompt, response in pairs:
+        filled = RUBRIC.replace("{prompt}", prompt).replace("{response}", response)
+        ids = list(tok.apply_chat_template([{"role": "user", "content": filled}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False))
+        target = tok.encode(VERDICT, add_special_tokens=False) + [tok.eos_token_id]
+        out.append((torch.tensor(ids + target), len(ids)))
+    return out
+
+
+def build(out: Path, max_steps: int = 800) -> Path:
+    """Train the judge to answer ``VERDICT`` to its rubric's prompts and save it with its tokenizer in ``out``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from tether.models import load_tokenizer
+
+    corpus = [TEMPLATE, RUBRIC, VERDICT, "0123456789 + - times ? ! . answer sure ok"]
+    made = build_tokenizer(corpus)
+    made.save_pretrained(out)
+    config = Qwen2Config(vocab_size=len(made), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         bos_token_id=made.eos_token_id, eos_token_id=made.eos_token_id,
+                         pad_token_id=made.pad_token_id)
+    config.save_pretrained(out)
+    tok = load_tokenizer(str(out))
+    seen, held_out = _examples(tok, SEEN), _examples(tok, HELD_OUT)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(max_steps):
+        loss = sum(torch.nn.functional.cross_entropy(model(ids[None, :-1]).logits[0, start - 1:], ids[start:])
+                   for ids, start in seen)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % 20 == 19 and _learned(model, seen + held_out, margin=2.0):
+            break
+    else:
+        raise AssertionError(f"the tiny judge did not learn its verdict in {max_steps} steps")
+    model.save_pretrained(out)
+    return out

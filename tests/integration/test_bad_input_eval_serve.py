@@ -28,7 +28,7 @@ import tether.serve.server
 from tether.cli import build_parser
 from tether.common.errors import ConfigError
 
-from bad_input_helpers import LONG_PROMPT, assert_clean_error, cli, good_prompts, write_jsonl
+from bad_input_helpers import LONG_PROMPT, assert_clean_error, good_prompts, write_jsonl
 
 BANNER = "tether serve: '"
 

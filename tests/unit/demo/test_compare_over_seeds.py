@@ -11,7 +11,6 @@ import time
 import pytest
 
 import tether.demo.compare
-import tether.demo.compare
 from tether.cli import main
 
 

@@ -4,8 +4,6 @@ content, the requests in flight bounded, the server's model checked before a run
 
 from __future__ import annotations
 
-import threading
-import time
 
 import pytest
 from judge_server import FakeJudge

@@ -1,7 +1,7 @@
 """The judge reward kind end to end (docs/judges.md).
 
 - GRPO rewarded by a judge that `tether serve` serves (a tiny model that learned to answer
-  ``Score: 8``, tests/integration/judge_model.py), beside a normalised gold term and a cost
+  ``Score: 8``, tests/judge_model.py), beside a normalised gold term and a cost
   constraint: the dry run asks the judge, the run logs what it did and every objective.
 - GRPO rewarded by a loopback judge that leaves some answers without a score: each failure
   counted, the run going on; SIGKILLed inside a checkpoint write and resumed, it ends bit for bit
@@ -42,12 +42,19 @@ def grpo_args(task, out, judge: str, iterations: int = 2) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def served_judge(tmp_path_factory):
-    """`tether serve` with the tiny judge, in a child process: (url, rubric file)."""
+def judge_model(tmp_path_factory):
+    """The tiny judge's directory and a rubric file of the prompts it learned."""
     root = tmp_path_factory.mktemp("judge")
-    model = build(root / "judge")
     rubric = root / "rubric.txt"
     rubric.write_text(RUBRIC)
+    return build(root / "judge"), rubric
+
+
+@pytest.fixture(scope="module")
+def served_judge(judge_model):
+    """`tether serve` with the tiny judge, in a child process: (url, rubric file)."""
+    model, rubric = judge_model
+    root = model.parent
     log = root / "serve.log"
     cmd = [sys.executable, "-m", "tether.cli", "serve", "--model", str(model), "--model-name", "tiny-judge",
            "--port", "0", "--threads", "1", "--seed", "0", "--default-max-tokens", "8"]
@@ -84,6 +91,29 @@ def test_grpo_with_a_judge_served_by_tether_serve(tiny_task, served_judge, tmp_p
     assert rows[0]["constraint/bang/multiplier"] == 0.0
     # the multiplier climbs by 0.5 x the first batch's '!' rate (its limit is 0)
     assert rows[1]["constraint/bang/multiplier"] == pytest.approx(0.5 * rows[0]["reward/bang"])
+
+
+def test_grpo_with_a_judge_loaded_in_process(tiny_task, judge_model, tmp_path, capsys):
+    model, rubric = judge_model
+    out = tmp_path / "run"
+    args = grpo_args(tiny_task["dir"], out, f"{{path: '{model}', rubric: '{rubric}', max_tokens: 8}}")
+    assert main([*args, "--dry-run"]) == 0
+    assert f"helpful (x 1): the judge {model} in process: Qwen2ForCausalLM" in capsys.readouterr().out
+    assert main(args) == 0
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score_raw" in r]
+    assert [r["reward/helpful"] for r in rows] == [8.0, 8.0]
+    assert all(r["judge/helpful/failure_rate"] == 0.0 and r["judge/helpful/judged"] == 4 for r in rows)
+
+
+def test_an_in_process_judge_counts_what_its_context_cannot_hold(judge_model):
+    from tether.roles.local_judge import LocalJudge
+
+    model, _ = judge_model
+    ask = [{"role": "user", "content": RUBRIC.replace("{prompt}", "what is 1 + 1 ?").replace("{response}", "2")}]
+    assert LocalJudge(str(model), max_tokens=8).ask([ask]) == ["Score: 8"]
+    wide = LocalJudge(str(model), max_tokens=500)  # prompt + 500 > the judge's 512 positions
+    assert wide.ask([ask, ask]) == [None, None]
+    assert wide.stats.too_long == 1 and wide.stats.cache_hits == 1 and wide.stats.failures() == 1
 
 
 def verdict(text: str) -> str:

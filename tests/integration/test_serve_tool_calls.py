@@ -2,7 +2,7 @@
 offers a tool gets `tool_calls`, the tool's result sent back gets the final answer, streaming sends
 the same call, and unsupported `tool_choice` values and malformed tools are 400s naming the field.
 
-The policy is a tiny Qwen2 that learned this exchange by heart (tests/integration/tool_model.py):
+The policy is a tiny Qwen2 that learned this exchange by heart (tests/tool_model.py):
 the server, the lean engine and greedy decoding are the real ones; its answers are the model's.
 """
 

@@ -1,6 +1,6 @@
 """The ``judge`` block of a reward term (``reward.terms[i].judge``): an LLM asked to score each
-response (RLAIF), reached over any OpenAI-compatible chat endpoint. The block is set when ``url``
-is; the kind is :mod:`tether.registry.rewards`'s ``judge`` (docs/judges.md)."""
+response (RLAIF), reached over any OpenAI-compatible chat endpoint or loaded in process. The block
+is set when ``url`` or ``path`` is; the kind is :mod:`tether.registry.rewards`'s ``judge`` (docs/judges.md)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,13 @@ class JudgeConfig:
     """A pointwise LLM judge: a rubric filled with each prompt and response, the score read from its answer."""
 
     url: str = option("", "The judge's OpenAI-compatible server (`tether serve`, vLLM's OpenAI server, a hosted "
-                          "provider): POST {url}/v1/chat/completions. Setting it selects the judge kind.")
-    model: str = option("", "The model name the server serves the judge under (GET {url}/v1/models lists it).")
+                          "provider): POST {url}/v1/chat/completions. Setting it (or path) selects the judge kind.")
+    path: str | None = option(None, "Instead of url: a judge checkpoint (a causal LM with its tokenizer and chat "
+                                    "template) loaded in this process, frozen, asked with transformers' generate on "
+                                    "the run's device.", path=True)
+    batch_size: int = option(8, "With path: conversations generated at once.", ge=1)
+    model: str = option("", "With url: the model name the server serves the judge under (GET {url}/v1/models "
+                            "lists it).")
     rubric: str | None = option(None, "A text file (a scoring guide, a constitution's principles) with the "
                                       "placeholders {prompt} and {response}, sent as the user message; null = the "
                                       "built-in rubric (a 1-10 score of helpfulness and correctness).", path=True)
@@ -45,11 +50,22 @@ class JudgeConfig:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.url)
+        return bool(self.url or self.path)
 
     def check(self, key: str) -> None:
-        """Errors name ``key`` (``reward.terms[i].judge``): a model, a pattern with a group, a scale."""
-        if not self.model:
+        """Errors name ``key`` (``reward.terms[i].judge``): one of url and path, each with its own
+        settings only, a pattern with a group, a scale."""
+        if self.url and self.path:
+            raise ConfigError(f"Config keys '{key}.url' and '{key}.path' are both set: a judge is reached over a "
+                              "server (url) or loaded in process (path), not both.")
+        default = JudgeConfig()
+        inert = (("model", "timeout_s", "retries", "concurrency", "api_key") if self.path else ("batch_size",))
+        for leaf in inert:
+            if getattr(self, leaf) != getattr(default, leaf):
+                where = "with path (an in-process judge)" if self.path else "with url (it is an in-process judge's)"
+                raise ConfigError(f"Config key '{key}.{leaf}' = {getattr(self, leaf)!r} is set {where}, so it would "
+                                  f"have no effect; drop it.")
+        if self.url and not self.model:
             raise ConfigError(f"Config key '{key}.model' is empty: name the model the judge server serves "
                               f"(GET {self.url.rstrip('/')}/v1/models lists them).")
         try:

@@ -102,14 +102,25 @@ def plan_judge_reward(term, key: str, role: str, cfg, tokenizer, roles: RoleChec
 
     j = term.judge
     load_rubric(j.rubric, f"{key}.judge.rubric")
+    rubric = j.rubric or "the built-in rubric"
+    scale = f"{rubric}, a score in [{j.low:g}, {j.high:g}], on failure: {j.on_failure}"
+    if j.path:
+        from tether.roles.local_judge import judge_tokenizer
+
+        path_key = f"{key}.judge.path"
+        model = meta_models.causal_lm(j.path, path_key, cfg, judge_tokenizer(j.path, path_key))
+        shape = shape_of(model)  # its context is its own (it reads text): not one of the policy's limits
+        roles.sizes[role] = RoleSize(frozen=shape.params)
+        roles.lines.append(f"{roles.head} the judge {j.path} in process: {shape.architecture}, {shape.params:,} "
+                           f"parameters, frozen; {scale}")
+        return
     client = JudgeClient(j.url, j.model, j.api_key, j.timeout_s, j.retries, key=f"{key}.judge")
     try:
         client.check()
     finally:
         client.close()
-    rubric = j.rubric or "the built-in rubric"
-    roles.lines.append(f"{roles.head} the judge {j.model!r} at {j.url} (answered), {rubric}, a score in "
-                       f"[{j.low:g}, {j.high:g}], on failure: {j.on_failure}")
+    roles.lines.append(f"{roles.head} the judge {j.model!r} at {j.url} (answered), {scale}")
+
 
 
 def plan_model_reward(reward, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:

@@ -37,18 +37,25 @@ class JudgeStats:
     unreachable: int = 0  # connection refused or reset after every retry
     http_errors: int = 0  # a non-200 status after every retry
     bad_bodies: int = 0  # a 200 without choices[0].message.content
+    too_long: int = 0  # an in-process judge: the prompt and max_tokens exceed its context (not asked)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0  # summed over the requests asked
 
     def failures(self) -> int:
-        return self.timeouts + self.unreachable + self.http_errors + self.bad_bodies
+        return self.timeouts + self.unreachable + self.http_errors + self.bad_bodies + self.too_long
 
     def metrics(self, prefix: str) -> dict[str, float]:
         """Every field as ``{prefix}/{field}``, and the mean latency of the requests asked."""
         out = {f"{prefix}/{f.name}": float(getattr(self, f.name)) for f in fields(self)}
         out[f"{prefix}/latency_mean_s"] = self.latency_s / self.requests if self.requests else 0.0
         return out
+
+
+def content_key(model: str, messages: list[dict], sampling: dict) -> str:
+    """The content a cached answer stands for: the model, the messages and the sampling settings."""
+    body = json.dumps([model, messages, sampling], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 class JudgeClient:
@@ -110,9 +117,7 @@ class JudgeClient:
         return text
 
     def cache_key(self, messages: list[dict]) -> str:
-        """The content a cached answer stands for: the model, the messages and the sampling settings."""
-        body = json.dumps([self.model, messages, self.sampling], sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(body.encode()).hexdigest()
+        return content_key(self.model, messages, self.sampling)
 
     def _request(self, messages: list[dict]) -> str | None:
         body = {"model": self.model, "messages": messages, **self.sampling}

@@ -117,16 +117,23 @@ def build_remote_reward(spec, key: str, context: RewardContext) -> RewardSource:
 
 
 def build_judge_reward(term, key: str, context: RewardContext) -> RewardSource:
-    """The ``judge`` kind: an LLM judge over an OpenAI-compatible endpoint, asked once that it
-    serves the model (:class:`tether.roles.judge_reward.JudgeReward`)."""
+    """The ``judge`` kind: an LLM judge over an OpenAI-compatible endpoint (asked once that it
+    serves the model), or loaded in process (:class:`tether.roles.local_judge.LocalJudge`)
+    (:class:`tether.roles.judge_reward.JudgeReward`)."""
     from tether.algos.judge_format import ScoreFormat
     from tether.roles.judge_client import JudgeClient
     from tether.roles.judge_reward import JudgeReward
 
     j = term.judge
     rubric = load_rubric(j.rubric, f"{key}.judge.rubric")
-    client = JudgeClient(j.url, j.model, j.api_key, j.timeout_s, j.retries, concurrency=j.concurrency,
-                         max_tokens=j.max_tokens, temperature=j.temperature, key=f"{key}.judge")
+    if j.path:
+        from tether.roles.local_judge import LocalJudge
+
+        client = LocalJudge(j.path, context.settings.device, j.max_tokens, j.temperature, j.batch_size,
+                            context.dtype, key=f"{key}.judge.path")
+    else:
+        client = JudgeClient(j.url, j.model, j.api_key, j.timeout_s, j.retries, concurrency=j.concurrency,
+                             max_tokens=j.max_tokens, temperature=j.temperature, key=f"{key}.judge")
     client.check()
     return JudgeReward(client, rubric, ScoreFormat(j.pattern, j.low, j.high), j.on_failure, j.max_failure_rate,
                        name=term.name, key=f"{key}.judge")

@@ -126,6 +126,13 @@ def test_bad_judge_settings_are_named(server, tmp_path):
     with pytest.raises(ConfigError, match=r"judge' sets timeout_s without judge.url"):
         load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "algorithm=grpo",
                                      "reward.terms=[{name: a, regex: x, judge: {timeout_s: 3}}]"])
+    with pytest.raises(ConfigError, match=r"judge.url' and 'reward.terms\[0\].judge.path' are both set"):
+        config(server.url, tmp_path, path="somewhere")
+    with pytest.raises(ConfigError, match=r"judge.timeout_s' = 3.0 is set with path \(an in-process judge\)"):
+        load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "algorithm=grpo",
+                                     "reward.terms=[{name: a, judge: {path: j, timeout_s: 3}}]"])
+    with pytest.raises(ConfigError, match=r"judge.batch_size' = 2 is set with url"):
+        config(server.url, tmp_path, batch_size=2)
     no_response = tmp_path / "bad.txt"
     no_response.write_text("grade {prompt}")
     with pytest.raises(ConfigError, match=r"judge.rubric' = .*bad.txt.*no \{response\} placeholder"):

@@ -1,6 +1,6 @@
 """A tiny Qwen2 judge that has learned one verdict by heart, for the judge reward's end-to-end tests:
-asked anything in the chat format, it answers (greedily) ``Score: 8``. Its tokenizer is the tool
-model's byte-level BPE with a ChatML template (tests/integration/tool_model.py), so `tether serve`
+asked anything in the chat format, it answers (greedily) ``Score: 8``. Heads of 32 dimensions (vLLM's CPU attention takes no smaller). Its tokenizer is the tool
+model's byte-level BPE with a ChatML template (tests/tool_model.py), so `tether serve`
 and vLLM's OpenAI server render the prompts it learned. A constant verdict is what a transport test
 needs: every parsed score is 8, so a run's reward/<name> says the answers came through unchanged.
 Nothing is downloaded; building takes seconds."""
@@ -41,7 +41,7 @@ def build(out: Path, max_steps: int = 800) -> Path:
     made = build_tokenizer(corpus)
     made.save_pretrained(out)
     config = Qwen2Config(vocab_size=len(made), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
                          bos_token_id=made.eos_token_id, eos_token_id=made.eos_token_id,
                          pad_token_id=made.pad_token_id)
     config.save_pretrained(out)

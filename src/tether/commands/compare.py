@@ -27,6 +27,15 @@ def register(sub) -> None:
                            "single-turn); every policy measured on the held-out facts. --seeds defaults to 1 here "
                            "too; --from and --jobs do not apply. --set may also name sft_tools, sft_notool and "
                            "task (the calc task builder's sizes, e.g. task:n_sft=200).")
+    task.add_argument("--pareto", action="store_true",
+                      help="One RL method (--methods, default ppo) from its configs/demo/<method>_objectives.yaml "
+                           "preset at each setting of --vary, over --seeds (default 3 here), and the front of gold "
+                           "against each objective (the reward model's score, the '!' rate): DIR/pareto.json, .md "
+                           "and .png (docs/judges.md).")
+    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="With --pareto: a config key and its value at each setting (YAML values, null included); "
+                        "several --vary lists are zipped, e.g. --vary 'reward.terms[1].limit=null,0.35,0.25' --vary "
+                        "'reward.terms[1].weight=0,1,1' (repeatable).")
     p.add_argument("--out", default="runs/compare", help="Directory DIR for the runs and results (default runs/compare).")
     p.add_argument("--from", dest="source", default=None, metavar="DEMO_DIR",
                    help="Reuse the task, SFT and reward model of a `tether demo` run (default: build them in DIR/demo).")
@@ -39,18 +48,24 @@ def register(sub) -> None:
                    help="Override a method's config key, e.g. --set grpo:group.size=8 (repeatable).")
     p.add_argument("--eval-repeats", type=int, default=4,
                    help="Samples per held-out prompt for every measured policy (default 4: 512 responses).")
-    p.add_argument("--seeds", type=int, default=1, metavar="N",
+    p.add_argument("--seeds", type=int, default=None, metavar="N",
                    help="Run the whole comparison N times, with run seeds --seed, --seed+1, ..., each in DIR/seed<S>/ "
                         "from the same SFT and reward model; DIR/compare.json, .md and .png then hold mean ± sd and "
-                        "the 95%% interval over the seeds (default 1: one comparison, in DIR).")
+                        "the 95%% interval over the seeds (default 1: one comparison, in DIR; 3 with --pareto).")
     p.add_argument("--jobs", type=int, default=1, metavar="J",
                    help="Run up to J methods' child processes at once (each demo preset trains on one thread); the "
                         "measurements follow the runs (default 1).")
 
 
 def run(args) -> int:
+    if args.seeds is None:
+        args.seeds = 3 if args.pareto else 1
     if args.tool_demo:
         return run_tool_demo(args)
+    if args.pareto:
+        return run_pareto(args)
+    if args.vary:
+        raise ConfigError("--vary applies to --pareto only.")
     from pathlib import Path
 
     from tether.commands.demo import parse_sets
@@ -115,4 +130,35 @@ def run_tool_demo(args) -> int:
     data = compare_tool_demo(Path(args.out), chosen, args.seed, args.seeds, sets, args.eval_repeats)
     print(tool_compare_table(data))
     print(f"\nwritten: {args.out}/compare.json, compare.md, compare.png; {args.out}/seed<S>/ for each seed")
+    return 0
+
+
+def run_pareto(args) -> int:
+    """`tether compare --pareto` (:mod:`tether.demo.pareto`)."""
+    from pathlib import Path
+
+    from tether.commands.demo import parse_sets
+    from tether.common.outputs import check_output_dir
+    from tether.demo.compare import prepare_demo, rl_methods
+    from tether.demo.pareto import pareto_demo, parse_vary
+    from tether.plots.pareto import pareto_table
+
+    method = (args.methods or "ppo").strip()
+    if method not in rl_methods():
+        raise ConfigError(f"--methods {args.methods!r} with --pareto: expected one RL algorithm of "
+                          f"{', '.join(rl_methods())}.")
+    extra = parse_sets(args.sets, (method,), "METHOD").get(method, [])  # every setting's runs
+    settings = parse_vary(args.vary)
+    for flag, value in (("--eval-repeats", args.eval_repeats), ("--jobs", args.jobs), ("--seeds", args.seeds)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}.")
+    source = Path(args.source) if args.source else None
+    if source is not None and not all((source / part).is_dir() for part in ("task", "sft", "rm")):
+        raise ConfigError(f"--from '{args.source}': expected a `tether demo` directory holding task/, sft/ and rm/.")
+    check_output_dir(args.out, "--out")
+    out = Path(args.out)
+    demo = source if source is not None else prepare_demo(out / "demo", args.seed, print)
+    data = pareto_demo(out, demo, method, settings, args.seed, args.seeds, args.jobs, args.eval_repeats, extra)
+    print(pareto_table(data))
+    print(f"\nwritten: {args.out}/pareto.json, pareto.md, pareto.png; {args.out}/seed<S>/ for each seed")
     return 0

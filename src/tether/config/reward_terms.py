@@ -53,7 +53,7 @@ class RewardTermConfig:
     limit: float | None = option(None, "Make this term a cost constraint, E[term] <= limit, instead of a summand: "
                                        "the score is (r - sum_k lambda_k c_k) / (1 + sum_k lambda_k) (Safe RLHF), "
                                        "each multiplier lambda_k raised by dual ascent while its limit is broken.")
-    multiplier_lr: float = option(0.1, "The constraint's dual-ascent step: lambda += multiplier_lr * (batch mean - "
+    multiplier_lr: float = option(0.5, "The constraint's dual-ascent step: lambda += multiplier_lr * (batch mean - "
                                        "limit), kept within [0, multiplier_max].", gt=0)
     multiplier_max: float = option(100.0, "The constraint's largest multiplier: a limit that can never be met "
                                           "stops its multiplier here (constraint/<name>/violation stays > 0).", gt=0)

@@ -159,7 +159,7 @@ def test_objective_and_constraint_keys_are_checked():
               "{name: bang, regex: '!', limit: 0.3, multiplier_lr: 0.05, multiplier_max: 10}]")
     gold, bang = cfg.reward.terms
     assert gold.normalize and bang.limit == 0.3 and bang.multiplier_lr == 0.05 and bang.multiplier_max == 10
-    assert "with no limit" in error_of("reward.terms=[{name: a, regex: x, multiplier_lr: 0.5}]")
+    assert "with no limit" in error_of("reward.terms=[{name: a, regex: x, multiplier_lr: 0.05}]")
     assert "on a cost constraint (its limit" in error_of(
         "reward.terms=[{name: a, regex: x}, {name: b, regex: y, limit: 0.1, normalize: true}]")
     assert "on a cost constraint (its multiplier weighs it" in error_of(

@@ -1,0 +1,26 @@
+"""The Pareto front (eval/pareto.py) on hand-worked points: gold up, '!' rate down."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.eval.pareto import dominates, pareto_front
+
+UP_DOWN = (1, -1)
+
+
+def test_domination_needs_every_objective_and_one_strictly():
+    assert dominates((0.5, 0.2), (0.4, 0.3), UP_DOWN)
+    assert dominates((0.5, 0.3), (0.4, 0.3), UP_DOWN)  # equal '!' rate, more gold
+    assert not dominates((0.5, 0.3), (0.5, 0.3), UP_DOWN)  # equal: neither
+    assert not dominates((0.6, 0.4), (0.4, 0.3), UP_DOWN)  # a trade-off: neither
+    with pytest.raises(ValueError, match="senses must each be"):
+        dominates((1, 2), (1, 2), (1, 0))
+
+
+def test_the_front_keeps_trade_offs_and_ties_and_drops_the_dominated():
+    # (gold, '!' rate): c is beaten by b on both; a, b, d trade gold for '!'; e ties a
+    points = [(0.1, 0.1), (0.4, 0.3), (0.3, 0.5), (0.6, 0.8), (0.1, 0.1)]
+    assert pareto_front(points, UP_DOWN) == [0, 1, 3, 4]
+    assert pareto_front(points, (1, 1)) == [3]  # both more-is-better: (0.6, 0.8) beats them all
+    assert pareto_front([], UP_DOWN) == []

@@ -170,3 +170,32 @@ def test_a_judge_answering_garbage_stops_the_run_naming_it(tiny_task, tmp_path, 
     assert code != 0
     assert "4 of 4 judgements of this batch failed, more than reward.terms[0].judge.max_failure_rate=0.5" in err
     assert "'I am not sure what you mean.'" in err and "Traceback" not in err
+
+
+def shorter_wins(text: str) -> str:
+    """A pairwise judge that prefers the shorter answer (a tie at equal length)."""
+    a = text.split("A: ", 1)[1].split("\nB: ", 1)[0]
+    b = text.split("\nB: ", 1)[1].rsplit("\n", 1)[0]
+    return "Winner: tie" if len(a) == len(b) else f"Winner: {'A' if len(a) < len(b) else 'B'}"
+
+
+@pytest.mark.parametrize("algorithm", ["online_dpo", "rs"])
+def test_a_pairwise_judge_ranks_the_groups_of_online_dpo_and_rejection_sampling(tiny_task, tmp_path, algorithm):
+    server = FakeJudge(answer=shorter_wins)
+    (tmp_path / "pair.txt").write_text("Q: {prompt}\nA: {response_a}\nB: {response_b}\n")
+    task, out = tiny_task["dir"], tmp_path / "run"
+    judge = f"{{url: '{server.url}', model: judge-1, mode: pairwise, rubric: '{tmp_path / 'pair.txt'}'}}"
+    args = [algorithm, f"run.out={out}", "run.progress=false", "run.log_every=1", "run.seed=0", "run.threads=1",
+            f"model.name_or_path={task / 'base_model'}", f"prompts={task / 'ppo_prompts.jsonl'}",
+            f"reward.terms=[{{name: short, judge: {judge}}}]", "rl.iterations=2", "rollout.batch_size=2",
+            "group.size=3", "rl.minibatch_size=6", "rollout.max_new_tokens=6", "rl.epochs=1"]
+    try:
+        assert main(args) == 0
+    finally:
+        server.close()
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score_raw" in r]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["judge/short/judged"] == 2 * 3 and row["judge/short/requests"] <= 12  # 3 pairs a group, 2 orders
+        assert row["judge/short/failure_rate"] == 0.0 and row["judge/short/order_disagreement"] == 0.0
+        assert row["reward/short"] == pytest.approx(0.5)  # win rates within a group average to a half

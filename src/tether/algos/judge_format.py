@@ -10,7 +10,11 @@ by the caller's stated rule, never a silent number.
 
 Pairwise judging asks both orders to cancel position bias (Zheng et al. 2023, "Judging LLM-as-a-
 Judge"): :func:`pairwise_outcome` keeps a verdict only when the two orders agree on the same
-response, and calls a disagreement a tie (counted as an order disagreement).
+response, and calls a disagreement a tie (counted as an order disagreement). Over a group of k
+responses to one prompt, every pair is judged so, and a response's score is its mean outcome
+against the others (:func:`win_rates`). Group judging asks once for a ranking of all k (``Ranking:
+2 > 3 > 1``, :func:`parse_ranking`), again with the responses in reverse order, and averages the two
+rankings' scores (:func:`rank_scores`); :func:`discordance` measures how far the two orders disagree.
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ from dataclasses import dataclass
 SCORE_PATTERN = r"(?i)\bscore\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)"
 #: "Winner: A", "winner = [[B]]", "Winner: tie".
 PREFERENCE_PATTERN = r"(?i)\bwinner\s*[:=]\s*\W{0,4}(A|B|tie)\b"
+
+
+#: "Ranking: 2 > 3 > 1" (the group: the ranking, best first, of the numbered responses).
+RANKING_PATTERN = r"(?i)\branking\s*[:=]\s*((?:\[?\d+\]?\s*(?:>|,)\s*)*\[?\d+\]?)"
 
 
 #: The rubric a judge term uses when it names none: a 1-10 score, the answer ending "Score: N".
@@ -124,3 +132,89 @@ def pairwise_outcome(first: str | None, swapped: str | None) -> tuple[float | No
     if x_first != x_swapped:  # the same position both times
         return 0.5, True
     return x_first, False
+
+
+#: Built-in rubric of the pairwise judge: the answer ends "Winner: A", "Winner: B" or "Winner: tie".
+DEFAULT_PAIRWISE_RUBRIC = """You are comparing two assistant answers to the same user request.
+
+Request:
+{prompt}
+
+Answer A:
+{response_a}
+
+Answer B:
+{response_b}
+
+Which answer is more correct, helpful and to the point? Ignore the order they are shown in. Reply \
+with one short sentence of reasons, then a last line "Winner: A", "Winner: B" or "Winner: tie"."""
+
+#: Built-in rubric of the group judge: the answer ends "Ranking: 2 > 3 > 1" (every number once).
+DEFAULT_GROUP_RUBRIC = """You are ranking several assistant answers to the same user request.
+
+Request:
+{prompt}
+
+Answers:
+{responses}
+
+Rank the answers from the most correct, helpful and to the point to the least, ignoring the order \
+they are shown in. Reply with one short sentence of reasons, then a last line of the form \
+"Ranking: 2 > 3 > 1" naming every answer's number once."""
+
+
+def numbered(responses: list[str]) -> str:
+    """The responses of a group as the group rubric shows them: ``[1] ...`` on its own lines."""
+    return "\n\n".join(f"[{i + 1}] {r}" for i, r in enumerate(responses))
+
+
+def win_rates(outcomes: dict[tuple[int, int], float | None], k: int) -> list[float | None]:
+    """Each of ``k`` responses' mean outcome against the others: ``outcomes[(i, j)]`` (i < j) is how
+    much i beat j (:func:`pairwise_outcome`; j's is 1 minus it), None for a failed comparison, left
+    out. A response with no comparison left: None."""
+    totals, counts = [0.0] * k, [0] * k
+    for (i, j), x in outcomes.items():
+        if x is None:
+            continue
+        totals[i] += x
+        totals[j] += 1.0 - x
+        counts[i] += 1
+        counts[j] += 1
+    return [t / c if c else None for t, c in zip(totals, counts)]
+
+
+def parse_ranking(text: str | None, k: int, pattern: str = RANKING_PATTERN) -> list[int] | None:
+    """The ranking in a group judge's answer as 0-based response indices, best first: the last match
+    of ``pattern``, which must name each of 1..k exactly once; else None."""
+    if not text:
+        return None
+    found = last_match(pattern, text)
+    if found is None:
+        return None
+    numbers = [int(n) for n in re.findall(r"\d+", found)]
+    if sorted(numbers) != list(range(1, k + 1)):
+        return None
+    return [n - 1 for n in numbers]
+
+
+def rank_scores(ranking: list[int]) -> list[float]:
+    """Each response's score from a ranking (indices, best first): ``(k - 1 - place) / (k - 1)``, 1 for
+    the best and 0 for the worst."""
+    k = len(ranking)
+    if k < 2:
+        raise ValueError(f"a ranking needs at least 2 responses, got {k}")
+    scores = [0.0] * k
+    for place, i in enumerate(ranking):
+        scores[i] = (k - 1 - place) / (k - 1)
+    return scores
+
+
+def discordance(a: list[int], b: list[int]) -> float:
+    """The fraction of response pairs two rankings order differently (Kendall's distance, normalised):
+    0 when they agree, 1 when one is the other reversed."""
+    k = len(a)
+    if sorted(a) != sorted(b) or k < 2:
+        raise ValueError(f"discordance needs two rankings of the same 2 or more responses, got {a} and {b}")
+    pa, pb = {i: p for p, i in enumerate(a)}, {i: p for p, i in enumerate(b)}
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    return sum((pa[i] - pa[j]) * (pb[i] - pb[j]) < 0 for i, j in pairs) / len(pairs)

@@ -11,7 +11,10 @@ from typing import Literal
 
 from tether.common.errors import ConfigError
 from tether.config.base import option
-from tether.algos.judge_format import SCORE_PATTERN
+from tether.algos.judge_format import PREFERENCE_PATTERN, RANKING_PATTERN, SCORE_PATTERN
+
+#: Each mode's answer format when ``pattern`` is not given.
+PATTERNS = {"pointwise": SCORE_PATTERN, "pairwise": PREFERENCE_PATTERN, "group": RANKING_PATTERN}
 
 
 @dataclass(frozen=True)
@@ -26,16 +29,27 @@ class JudgeConfig:
     batch_size: int = option(8, "With path: conversations generated at once.", ge=1)
     model: str = option("", "With url: the model name the server serves the judge under (GET {url}/v1/models "
                             "lists it).")
-    rubric: str | None = option(None, "A text file (a scoring guide, a constitution's principles) with the "
-                                      "placeholders {prompt} and {response}, sent as the user message; null = the "
-                                      "built-in rubric (a 1-10 score of helpfulness and correctness).", path=True)
-    pattern: str = option(SCORE_PATTERN, "A regular expression whose first group is the score; the answer's last "
-                                         "match counts.")
-    low: float = option(1.0, "The lowest score of the rubric's scale; a score outside [low, high] is unparseable.")
-    high: float = option(10.0, "The highest score of the rubric's scale.")
-    on_failure: Literal["lowest", "error"] = option(
-        "lowest", "A judgement that failed (no answer after the retries, or no score in it): lowest = it scores "
-                  "`low` and is counted (judge/<name>/failed, /unparseable); error = the run stops naming it.")
+    mode: Literal["pointwise", "pairwise", "group"] = option(
+        "pointwise", "pointwise: each response scored alone on [low, high]. pairwise: every two responses to one "
+                     "prompt compared, both orders asked; a response's score is its mean outcome against its group "
+                     "(0-1). group: all of a prompt's responses ranked at once, asked again in reverse order; a "
+                     "response's score is its place, 1 best to 0 worst, averaged over the two. pairwise and group "
+                     "need several responses per prompt (group.size >= 2).")
+    rubric: str | None = option(None, "A text file (a scoring guide, a constitution's principles) sent as the user "
+                                      "message, with the placeholders {prompt} and {response} (pairwise: "
+                                      "{response_a}, {response_b}; group: {responses}, numbered [1], [2], ...); "
+                                      "null = the mode's built-in rubric.", path=True)
+    pattern: str | None = option(None, "A regular expression whose first group is the verdict (the answer's last "
+                                       "match counts): a score, A/B/tie, or a ranking like 2 > 3 > 1; null = the "
+                                       "mode's (Score: N, Winner: A, Ranking: 2 > 1).")
+    low: float = option(1.0, "pointwise: the lowest score of the rubric's scale; a score outside [low, high] is "
+                             "unparseable.")
+    high: float = option(10.0, "pointwise: the highest score of the rubric's scale.")
+    on_failure: Literal["fallback", "error"] = option(
+        "fallback", "A judgement that failed (no answer after the retries, or no verdict in it): fallback = counted "
+                    "(judge/<name>/failed, /unparseable) and scored as no information: pointwise `low`; pairwise and "
+                    "group a tie, 0.5 (a pairwise comparison that failed is left out of the win rates); error = the "
+                    "run stops naming it.")
     max_failure_rate: float = option(0.5, "The run stops when more than this fraction of one batch's judgements "
                                           "failed (a judge that is down or answers garbage), whatever on_failure "
                                           "says; 1 = never.", ge=0, le=1)
@@ -47,6 +61,11 @@ class JudgeConfig:
                                      "content either way).", ge=0)
     api_key: str | None = option(None, "The judge server's key; saved in config.yaml, so prefer null and the "
                                        "TETHER_JUDGE_API_KEY variable.")
+
+    @property
+    def verdict_pattern(self) -> str:
+        """``pattern``, or the mode's own."""
+        return self.pattern if self.pattern is not None else PATTERNS[self.mode]
 
     @property
     def enabled(self) -> bool:
@@ -65,11 +84,16 @@ class JudgeConfig:
                 where = "with path (an in-process judge)" if self.path else "with url (it is an in-process judge's)"
                 raise ConfigError(f"Config key '{key}.{leaf}' = {getattr(self, leaf)!r} is set {where}, so it would "
                                   f"have no effect; drop it.")
+        if self.mode != "pointwise":
+            for leaf in ("low", "high"):
+                if getattr(self, leaf) != getattr(default, leaf):
+                    raise ConfigError(f"Config key '{key}.{leaf}' = {getattr(self, leaf)!r} is set with mode="
+                                      f"{self.mode}, whose scores are win rates and places in [0, 1]; drop it.")
         if self.url and not self.model:
             raise ConfigError(f"Config key '{key}.model' is empty: name the model the judge server serves "
                               f"(GET {self.url.rstrip('/')}/v1/models lists them).")
         try:
-            groups = re.compile(self.pattern).groups
+            groups = re.compile(self.verdict_pattern).groups
         except re.error as err:
             raise ConfigError(f"Config key '{key}.pattern' = {self.pattern!r}: not a valid Python regular expression "
                               f"({err}).") from None

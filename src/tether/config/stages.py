@@ -336,6 +336,12 @@ class RLConfig:
                 f"Config key 'group.size' = {self.group.size}: {self.algorithm} compares responses to the same "
                 f"prompt, so it needs at least {spec.min_group_size} (4-16 is usual)."
             )
+        for i, term in enumerate(self.reward.terms):
+            if term.judge.enabled and term.judge.mode != "pointwise" and self.samples_per_prompt < 2:
+                raise ConfigError(f"Config key 'reward.terms[{i}].judge.mode' = {term.judge.mode}: the judge compares "
+                                  f"a prompt's responses with each other, and algorithm={self.algorithm} samples "
+                                  f"{self.samples_per_prompt} per prompt; use a group algorithm (grpo, rloo, "
+                                  "online_dpo, rs) with group.size >= 2, or mode=pointwise.")
         refuse_inert(self, spec.inert_keys, f"with algorithm={self.algorithm}, which does not read it")
         for other in ALGORITHMS.values():  # a block only one algorithm reads
             if other.config_block and other.name != self.algorithm:

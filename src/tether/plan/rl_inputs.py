@@ -101,9 +101,11 @@ def plan_judge_reward(term, key: str, role: str, cfg, tokenizer, roles: RoleChec
     from tether.roles.sources import load_rubric
 
     j = term.judge
-    load_rubric(j.rubric, f"{key}.judge.rubric")
+    load_rubric(j.rubric, j.mode, f"{key}.judge.rubric")
     rubric = j.rubric or "the built-in rubric"
-    scale = f"{rubric}, a score in [{j.low:g}, {j.high:g}], on failure: {j.on_failure}"
+    scale = (f"a score in [{j.low:g}, {j.high:g}]" if j.mode == "pointwise" else
+             f"{j.mode}: each prompt's {cfg.samples_per_prompt} responses compared")
+    scale = f"{rubric}, {scale}, on failure: {j.on_failure}"
     if j.path:
         from tether.roles.local_judge import judge_tokenizer
 

@@ -37,6 +37,8 @@ class RewardContext:
     #: ``model.dtype`` and ``model.attn_implementation``: how a model the kind loads is loaded.
     dtype: str = "auto"
     attn_implementation: str | None = None
+    #: Responses per prompt (``group.size`` of a group algorithm, else 1): a group's rows are consecutive.
+    group_size: int = 1
 
 
 @dataclass(frozen=True)

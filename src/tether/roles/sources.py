@@ -92,7 +92,8 @@ def build_reward(cfg: RLConfig, tokenizer, settings: EngineSettings) -> RewardSo
     """The run's reward: the ``reward`` block's one source, or a composition of named, weighted terms
     (``reward.terms``); each source built by its kind's registry entry (:mod:`tether.registry.rewards`)
     from its own term and a :class:`RewardContext`."""
-    context = RewardContext(tokenizer, settings, cfg.model.dtype, cfg.model.attn_implementation)
+    context = RewardContext(tokenizer, settings, cfg.model.dtype, cfg.model.attn_implementation,
+                            cfg.samples_per_prompt)
     if not cfg.reward.terms:
         return as_reward_source(kind_of(cfg.reward, "reward").builder()(cfg.reward, "reward", context))
     terms = []
@@ -125,7 +126,7 @@ def build_judge_reward(term, key: str, context: RewardContext) -> RewardSource:
     from tether.roles.judge_reward import JudgeReward
 
     j = term.judge
-    rubric = load_rubric(j.rubric, f"{key}.judge.rubric")
+    rubric = load_rubric(j.rubric, j.mode, f"{key}.judge.rubric")
     if j.path:
         from tether.roles.local_judge import LocalJudge
 
@@ -135,28 +136,33 @@ def build_judge_reward(term, key: str, context: RewardContext) -> RewardSource:
         client = JudgeClient(j.url, j.model, j.api_key, j.timeout_s, j.retries, concurrency=j.concurrency,
                              max_tokens=j.max_tokens, temperature=j.temperature, key=f"{key}.judge")
     client.check()
-    return JudgeReward(client, rubric, ScoreFormat(j.pattern, j.low, j.high), j.on_failure, j.max_failure_rate,
-                       name=term.name, key=f"{key}.judge")
+    return JudgeReward(client, rubric, j.mode, j.verdict_pattern, ScoreFormat(j.verdict_pattern, j.low, j.high),
+                       j.on_failure, j.max_failure_rate, name=term.name, key=f"{key}.judge",
+                       group_size=context.group_size)
 
 
-def load_rubric(path: str | None, key: str) -> str:
-    """A judge's rubric text: the file at ``path`` (it must hold ``{prompt}`` and ``{response}``),
-    or the built-in one; a ConfigError naming ``key`` otherwise."""
+def load_rubric(path: str | None, mode: str, key: str) -> str:
+    """A judge's rubric text: the file at ``path`` (it must hold the mode's placeholders: pointwise
+    ``{prompt}`` and ``{response}``; pairwise ``{prompt}``, ``{response_a}``, ``{response_b}``; group
+    ``{prompt}`` and ``{responses}``), or the mode's built-in one; a ConfigError naming ``key`` otherwise."""
     from pathlib import Path
 
-    from tether.algos.judge_format import DEFAULT_RUBRIC
+    from tether.algos.judge_format import DEFAULT_GROUP_RUBRIC, DEFAULT_PAIRWISE_RUBRIC, DEFAULT_RUBRIC
     from tether.common.errors import ConfigError
 
+    built_in = {"pointwise": DEFAULT_RUBRIC, "pairwise": DEFAULT_PAIRWISE_RUBRIC, "group": DEFAULT_GROUP_RUBRIC}
     if path is None:
-        return DEFAULT_RUBRIC
+        return built_in[mode]
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"Config key '{key}' = {path!r}: the rubric file could not be read ({err}).") from None
-    missing = [p for p in ("{prompt}", "{response}") if p not in text]
+    needed = {"pointwise": ("{prompt}", "{response}"), "pairwise": ("{prompt}", "{response_a}", "{response_b}"),
+              "group": ("{prompt}", "{responses}")}[mode]
+    missing = [p for p in needed if p not in text]
     if missing:
-        raise ConfigError(f"Config key '{key}' = {path!r}: the rubric has no {' or '.join(missing)} placeholder; it "
-                          "is filled with each prompt and response by plain replacement.")
+        raise ConfigError(f"Config key '{key}' = {path!r}: the rubric has no {' or '.join(missing)} placeholder; a "
+                          f"{mode} judge's rubric is filled with {', '.join(needed)} by plain replacement.")
     return text
 
 

@@ -67,3 +67,35 @@ def test_a_preference_is_a_b_or_tie(text, expected):
 ])
 def test_both_orders_cancel_position_bias(first, swapped, expected):
     assert pairwise_outcome(first, swapped) == expected
+
+
+def test_win_rates_average_each_responses_outcomes_and_leave_failures_out():
+    from tether.algos.judge_format import win_rates
+
+    # 0 beats 1 (1.0), 0 ties 2 (0.5), 1 vs 2 failed
+    assert win_rates({(0, 1): 1.0, (0, 2): 0.5, (1, 2): None}, 3) == [0.75, 0.0, 0.5]
+    assert win_rates({(0, 1): None}, 2) == [None, None]
+    assert win_rates({(0, 1): 0.25, (0, 2): 0.0, (1, 2): 1.0}, 3) == [0.125, 0.875, 0.5]
+
+
+def test_parse_ranking_needs_every_number_once_and_reads_the_last():
+    from tether.algos.judge_format import parse_ranking
+
+    assert parse_ranking("Ranking: 2 > 3 > 1", 3) == [1, 2, 0]
+    assert parse_ranking("first Ranking: 1 > 2 > 3, then on reflection\nRanking: [3] > [1] > [2]", 3) == [2, 0, 1]
+    assert parse_ranking("ranking = 2, 1", 2) == [1, 0]
+    for bad in ("Ranking: 2 > 2 > 1", "Ranking: 1 > 2", "Ranking: 1 > 2 > 4", "no ranking", None, ""):
+        assert parse_ranking(bad, 3) is None, bad
+
+
+def test_rank_scores_and_discordance_on_hand_worked_rankings():
+    from tether.algos.judge_format import discordance, numbered, rank_scores
+
+    assert rank_scores([1, 2, 0]) == [0.0, 1.0, 0.5]
+    assert rank_scores([0, 1]) == [1.0, 0.0]
+    assert discordance([0, 1, 2], [0, 1, 2]) == 0.0
+    assert discordance([0, 1, 2], [2, 1, 0]) == 1.0
+    assert discordance([0, 1, 2], [1, 0, 2]) == pytest.approx(1 / 3)  # only (0, 1) flips
+    assert numbered(["a", "b"]) == "[1] a\n\n[2] b"
+    with pytest.raises(ValueError):
+        rank_scores([0])

@@ -15,6 +15,7 @@ from judge_server import FakeJudge
 from tether.algos.judge_format import ScoreFormat
 from tether.common.errors import ConfigError, ModelError, TrainingError
 from tether.config import RLConfig, load_config
+from tether.config.judge import PATTERNS
 from tether.placement import role
 from tether.placement.local import LocalPlacement
 from tether.loops.rl_setup import score_rollout
@@ -50,11 +51,11 @@ def rollout(responses) -> Rollout:
                    prompts=["what is 3 + 4 ?"] * b, responses=list(responses))
 
 
-def judge(server, on_failure="lowest", max_failure_rate=1.0, **client) -> JudgeReward:
-    c = JudgeClient(server.url, "judge-1", timeout_s=client.pop("timeout_s", 0.3), retries=0, backoff=0.01,
-                    key="reward.terms[0].judge")
-    return JudgeReward(c, RUBRIC, ScoreFormat(low=1, high=10), on_failure, max_failure_rate, name="helpful",
-                       key="reward.terms[0].judge")
+def judge(server, on_failure="fallback", max_failure_rate=1.0, mode="pointwise", rubric=RUBRIC,
+          group_size=1) -> JudgeReward:
+    c = JudgeClient(server.url, "judge-1", timeout_s=0.3, retries=0, backoff=0.01, key="reward.terms[0].judge")
+    return JudgeReward(c, rubric, mode, PATTERNS[mode], ScoreFormat(low=1, high=10), on_failure, max_failure_rate,
+                       name="helpful", key="reward.terms[0].judge", group_size=group_size)
 
 
 def test_scores_are_the_last_match_and_failures_score_low_and_are_counted(server):
@@ -89,6 +90,7 @@ def test_on_failure_error_stops_at_the_first_failure_naming_the_judge(server):
     with pytest.raises(TrainingError, match=re.escape("reward.terms[0].judge")) as err:
         judge(server, on_failure="error").score(rollout(["great answer", "mute answer"]))
     assert "1 of 2 judgements failed" in str(err.value) and "I would rather not say." in str(err.value)
+    assert "on_failure=fallback counts them" in str(err.value)
 
 
 def test_a_batch_past_the_failure_limit_stops_the_run(server):
@@ -146,3 +148,81 @@ def test_bad_judge_settings_are_named(server, tmp_path):
 def test_a_judge_that_is_down_is_named_before_the_run(tmp_path):
     with pytest.raises(ModelError, match=r"The judge at http://127.0.0.1:9 \(reward.terms\[0\].judge\) could not"):
         build_reward(config("http://127.0.0.1:9", tmp_path), None, None)
+
+
+PAIR_RUBRIC = "Q: {prompt}\nA: {response_a}\nB: {response_b}\n"
+GROUP_RUBRIC = "Q: {prompt}\n{responses}\n"
+QUALITY = {"best": 3, "good": 2, "bad": 1}
+
+
+def pair_verdict(text: str) -> str:
+    """A judge that prefers the better word, but picks A whenever 'bias' is shown first, and answers
+    nothing useful when 'mute' is one of the two."""
+    a = text.split("A: ", 1)[1].split("\n")[0]
+    b = text.split("B: ", 1)[1].split("\n")[0]
+    if "mute" in (a, b):
+        return "no idea"
+    if a == "bias":
+        return "Winner: A"
+    qa, qb = QUALITY.get(a, 0), QUALITY.get(b, 0)
+    return "Winner: tie" if qa == qb else f"Winner: {'A' if qa > qb else 'B'}"
+
+
+def test_pairwise_scores_are_win_rates_within_each_group_with_both_orders_asked(server):
+    server.answer = pair_verdict
+    reward = judge(server, mode="pairwise", rubric=PAIR_RUBRIC, group_size=3)
+    ro = rollout(["bad", "best", "good", "good", "good", "bias"])
+    ro.prompts[3:] = ["another prompt"] * 3
+    scores = reward.score(ro)
+    # group 1: best beats both (1), good beats bad (0.5 each way: 1 win, 1 loss), bad loses both (0)
+    # group 2: good ties good (0.5); 'bias' wins as A and loses as B against good: position bias, 0.5
+    assert scores.tolist() == [0.0, 1.0, 0.5, 0.5, 0.5, 0.5]
+    m = reward.metrics()
+    assert m["judge/helpful/judged"] == 6 and m["judge/helpful/requests"] == 12
+    assert m["judge/helpful/order_disagreement"] == pytest.approx(2 / 6) and m["judge/helpful/failure_rate"] == 0
+
+
+def test_a_failed_comparison_is_left_out_and_a_response_with_none_is_a_tie(server):
+    server.answer = pair_verdict
+    scores = judge(server, mode="pairwise", rubric=PAIR_RUBRIC, group_size=3).score(
+        rollout(["best", "mute", "bad"]))
+    assert scores.tolist() == [1.0, 0.5, 0.0]  # best vs bad only; mute has no comparison left: 0.5
+
+
+def test_pairwise_refuses_rows_that_are_not_whole_groups(server):
+    with pytest.raises(TrainingError, match="not whole groups of 2 consecutive responses to one prompt"):
+        judge(server, mode="pairwise", rubric=PAIR_RUBRIC, group_size=2).score(rollout(["a", "b", "c"]))
+
+
+def group_verdict(text: str) -> str:
+    """Ranks the shown answers by quality; answers with one order only when 'half' is shown first."""
+    shown = re.findall(r"\[(\d+)\] (\w+)", text)
+    if shown[0][1] == "half":
+        return "cannot rank"
+    order = sorted(shown, key=lambda item: -QUALITY.get(item[1], 0))
+    return "Ranking: " + " > ".join(number for number, _ in order)
+
+
+def test_group_scores_are_places_averaged_over_both_orders(server):
+    server.answer = group_verdict
+    reward = judge(server, mode="group", rubric=GROUP_RUBRIC, group_size=3)
+    assert reward.score(rollout(["bad", "best", "good"])).tolist() == [0.0, 1.0, 0.5]
+    m = reward.metrics()
+    assert m["judge/helpful/judged"] == 1 and m["judge/helpful/requests"] == 2
+    assert m["judge/helpful/order_disagreement"] == 0.0
+    # 'half' first in the given order: only the reversed ranking is read, and the judgement counted
+    scores = reward.score(rollout(["half", "best", "good"]))
+    assert scores.tolist() == [0.0, 1.0, 0.5] and reward.metrics()["judge/helpful/unparseable"] == 1
+
+
+def test_a_group_mode_needs_several_responses_per_prompt(server, tmp_path):
+    with pytest.raises(ConfigError, match=r"judge.mode' = pairwise: the judge compares .* samples 1 per prompt"):
+        load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "algorithm=ppo", "critic.init=policy",
+                                     f"reward.terms=[{{name: j, judge: {{url: {server.url}, model: judge-1, "
+                                     "mode: pairwise}}]"])
+    with pytest.raises(ConfigError, match=r"judge.low' = 0.0 is set with mode=group"):
+        config(server.url, tmp_path, mode="group", low=0)
+    bad = tmp_path / "pair.txt"
+    bad.write_text("{prompt} {response}")
+    with pytest.raises(ConfigError, match=r"no \{response_a\} or \{response_b\} placeholder"):
+        build_reward(config(server.url, tmp_path, mode="pairwise", rubric=str(bad)), None, None)

@@ -7,7 +7,8 @@ from tether.common.errors import ConfigError
 
 DESCRIPTION = (
     "Run the InstructGPT loop in rounds on the demo task: sample pairs from the current policy, label them (a "
-    "callable judge, by default the task's biased annotators, or people on the labelling page with --page), "
+    "callable judge, by default the task's biased annotators; an LLM judge with --judge-url or --judge-path; or "
+    "people on the labelling page with --page, after the LLM judge when both are given), "
     "retrain the reward model on every label so far, run PPO from SFT with it. Writes DIR/iterate.json and a "
     "per-round table: reward-model accuracy and spurious bias, PPO proxy and gold."
 )
@@ -27,6 +28,9 @@ def register(sub) -> None:
     p.add_argument("--page", action="store_true", help="People label each round on the page (`tether label`) instead.")
     p.add_argument("--port", type=int, default=8800, help="With --page: its port on 127.0.0.1.")
     p.add_argument("--seed", type=int, default=0)
+    from tether.commands.judge_flags import add_judge_flags
+
+    add_judge_flags(p)  # the judge labels each round (with --page, people label the same pairs after it)
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="STAGE:KEY=VALUE",
                    help="Override the rm or ppo preset's key, e.g. --set ppo:rl.iterations=50.")
 
@@ -44,15 +48,21 @@ def run(args) -> int:
     if not all((source / part).is_dir() for part in ("task", "sft", "rm")):
         raise ConfigError(f"--from '{args.source}': expected a `tether demo` directory holding task/, sft/ and rm/.")
     check_output_dir(args.out, "--out")
-    labeller, serve_page = None, None
+    from tether.commands.judge_flags import judge_labeller
+
+    labeller, serve_page, judge = None, None, judge_labeller(args)
     if args.page:
         serve_page = _page_server(args.port)
-    else:
+    elif judge is None:
         from tether.common.targets import import_callable
 
         labeller = import_callable(args.labeller, "--labeller")
-    result = iterate_demo(Path(args.out), source, args.rounds, args.pairs_per_round, labeller, args.seed,
-                          parse_sets(args.sets, ("rm", DEFAULT_ALGORITHM)), serve_page=serve_page)
+    try:
+        result = iterate_demo(Path(args.out), source, args.rounds, args.pairs_per_round, labeller, args.seed,
+                              parse_sets(args.sets, ("rm", DEFAULT_ALGORITHM)), serve_page=serve_page, judge=judge)
+    finally:
+        if judge is not None:
+            judge[0].close()
     print(format_rounds(result["rounds"]))
     return 0
 

@@ -9,7 +9,9 @@ DESCRIPTION = (
     "= for a tie, s to skip, u to undo). Verdicts are appended to OUT in the schema `tether rm` reads (ties in "
     "OUT.ties.jsonl), synced per label; a restarted server resumes where each annotator stopped. With --stats: "
     "Cohen's / Fleiss' kappa, each annotator's agreement with the majority, and --export of the majority vote. "
-    "See docs/human_feedback.md."
+    "With --judge-url or --judge-path an LLM judge labels every pair instead (both orders asked), as the annotator "
+    "judge:<model>; --stats then reports its kappa with each person and their majority, and its self-consistency. "
+    "See docs/human_feedback.md and docs/judges.md."
 )
 
 
@@ -27,6 +29,9 @@ def register(sub) -> None:
                         "variable, if set.")
     p.add_argument("--stats", action="store_true", help="Print agreement statistics of OUT instead of serving.")
     p.add_argument("--export", default=None, help="With --stats: write the majority-vote preference file here.")
+    from tether.commands.judge_flags import add_judge_flags
+
+    add_judge_flags(p)  # the judge labels every pair it has not labelled, then the command ends
 
 
 def run(args) -> int:
@@ -37,10 +42,28 @@ def run(args) -> int:
 
     if args.overlap < 1:
         raise ConfigError(f"--overlap must be at least 1 (annotators per pair), got {args.overlap}.")
+    if args.stats and (args.judge_url or args.judge_path):
+        raise ConfigError("--stats reads the labels already in --out; label with the judge first (the same command "
+                          "without --stats), then ask for the statistics.")
     if args.export and not args.stats:
         raise ConfigError("--export writes the majority vote of --stats: add --stats.")
     check_outputs(args)
     store = LabelStore(load_pairs(args.pairs), Path(args.out), args.overlap)
+    from tether.commands.judge_flags import judge_labeller
+
+    judge = None if args.stats else judge_labeller(args)
+    if judge is not None:
+        from tether.feedback.judge_labels import label_with_judge
+
+        client, rubric = judge
+        try:
+            counts = label_with_judge(client, store, rubric)
+        finally:
+            client.close()
+        print(f"tether label: the judge labelled {counts['a'] + counts['b'] + counts['tie']} pairs into {args.out} "
+              f"(A {counts['a']}, B {counts['b']}, tie {counts['tie']}, of which {counts['position_bias']} for "
+              f"position bias; {counts['failed']} without a verdict); `tether label --stats` compares it with people")
+        return 0
     if args.stats:
         import json
 

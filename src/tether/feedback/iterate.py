@@ -69,9 +69,11 @@ def round_prompts(prompts: list[dict], per_round: int, index: int) -> list[dict]
 
 
 def iterate_demo(out: Path, demo: Path, rounds: int, pairs_per_round: int, labeller: Labeller | None,
-                 seed: int = 0, overrides: dict | None = None, say=print, serve_page=None) -> dict:
+                 seed: int = 0, overrides: dict | None = None, say=print, serve_page=None, judge=None) -> dict:
     """Run ``rounds`` rounds on the demo task from ``demo``'s SFT model; write ``out/iterate.json``.
-    ``labeller`` None means people label on the page (``serve_page(store)`` starts it)."""
+    ``labeller`` None means people label on the page (``serve_page(store)`` starts it); ``judge``:
+    (client, rubric) of an LLM judge that labels each round first (:mod:`tether.feedback.judge_labels`;
+    with the page too, each pair then waits for a person's verdict as well)."""
     from tether.config import RLConfig, RewardModelConfig, load_config
     from tether.demo import preset, probe_margins
     from tether.feedback.pairs import PairSpec, sample_pairs
@@ -95,16 +97,21 @@ def iterate_demo(out: Path, demo: Path, rounds: int, pairs_per_round: int, label
                                     [encode_prompt(e.prompt, tokenizer) for e in chosen], tokenizer)
         pairs_file = here / "pairs.jsonl"
         pairs_file.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-        store = LabelStore(load_pairs(pairs_file), here / "labels.jsonl")
+        store = LabelStore(load_pairs(pairs_file), here / "labels.jsonl",
+                           overlap=2 if judge is not None and serve_page is not None else 1)
         say(f"round {r}: {len(rows)} pairs from {policy.name} ({counts['identical_dropped']} identical and "
             f"{counts['empty_dropped']} with an empty response dropped)")
+        if judge is not None:
+            from tether.feedback.judge_labels import label_with_judge
+
+            verdicts = label_with_judge(judge[0], store, judge[1], say=say)
         if labeller is not None:
             verdicts = label_with(labeller, store)
-        else:
+        elif serve_page is not None:
             stop = serve_page(store)
             wait_for_people(store, say)
             stop()
-            verdicts = {}
+            verdicts = verdicts if judge is not None else {}
         label_files.append(store.out)
         train = here / "rm_train.jsonl"
         n_train = combined_labels(task / "prefs_train.jsonl", label_files, train)

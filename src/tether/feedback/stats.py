@@ -48,7 +48,41 @@ def label_stats(store: LabelStore) -> dict:
                  if len(labels) == n]
         result["fleiss_kappa"] = fleiss_kappa(table)
         result["fleiss_pairs"], result["fleiss_raters"] = len(table), n
+    judges = judge_agreement(by_pair, store)
+    if judges:
+        result["judges"] = judges
     return result
+
+
+def judge_agreement(by_pair: dict[str, dict[str, str]], store: LabelStore) -> dict[str, dict]:
+    """Per judge annotator (``judge:<model>``): Cohen's κ with each person on the pairs both labelled,
+    and with the people's majority (pairs with a clear one among the people who labelled them), and
+    the judge's self-consistency under the order swap (:func:`tether.feedback.judge_labels.self_consistency`)."""
+    from tether.feedback.judge_labels import self_consistency
+
+    consistency = self_consistency(store)
+    judges = sorted({who for labels in by_pair.values() for who in labels if who.startswith("judge:")}
+                    | set(consistency))
+    out = {}
+    for judge in judges:
+        entry: dict = {"labels": sum(judge in labels for labels in by_pair.values()), "kappa_with": {}}
+        people = sorted({who for labels in by_pair.values() for who in labels if not who.startswith("judge:")})
+        for person in people:
+            shared = [labels for labels in by_pair.values() if judge in labels and person in labels]
+            if shared:
+                entry["kappa_with"][person] = {"kappa": cohen_kappa([s[judge] for s in shared],
+                                                                    [s[person] for s in shared]),
+                                               "pairs": len(shared)}
+        votes = [(labels[judge], majority([v for who, v in labels.items() if not who.startswith("judge:")]))
+                 for labels in by_pair.values() if judge in labels and any(not w.startswith("judge:") for w in labels)]
+        votes = [(j, m) for j, m in votes if m is not None]
+        if votes:
+            entry["kappa_with_majority"] = cohen_kappa([j for j, _ in votes], [m for _, m in votes])
+            entry["majority_pairs"] = len(votes)
+            entry["agreement_with_majority"] = sum(j == m for j, m in votes) / len(votes)
+        entry.update(consistency.get(judge, {}))
+        out[judge] = entry
+    return out
 
 
 def export_majority(store: LabelStore, path: str | Path) -> dict:
@@ -86,4 +120,13 @@ def format_stats(stats: dict) -> str:
     if stats.get("fleiss_kappa") is not None:
         lines.append(f"Fleiss' kappa: {stats['fleiss_kappa']:.3f} over {stats['fleiss_pairs']} pairs with "
                      f"{stats['fleiss_raters']} annotators each")
+    for judge, j in stats.get("judges", {}).items():
+        with_people = ", ".join(f"{who} {k['kappa']:.3f} ({k['pairs']} pairs)" for who, k in j["kappa_with"].items())
+        lines.append(f"{judge}: kappa with {with_people or 'no person (no shared pairs)'}")
+        if j.get("kappa_with_majority") is not None:
+            lines.append(f"  with the people's majority: kappa {j['kappa_with_majority']:.3f}, agreement "
+                         f"{j['agreement_with_majority']:.3f} over {j['majority_pairs']} pairs")
+        if j.get("consistency") is not None:
+            lines.append(f"  self-consistency under the order swap: {j['consistency']:.3f} ({j['position_bias']} of "
+                         f"{j['both_orders']} pairs picked the same position twice)")
     return "\n".join(lines)

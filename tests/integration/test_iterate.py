@@ -39,11 +39,17 @@ def test_two_rounds_with_the_biased_annotators(trained, tmp_path, capsys):
     assert "| 2 |" in capsys.readouterr().out
 
 
-def test_a_round_waits_for_people_on_the_page(trained, tmp_path):
-    """--page: the round serves the labelling page and goes on once an annotator has labelled every pair."""
+def test_a_round_labelled_by_a_judge_then_people_on_the_page(trained, tmp_path):
+    """--judge-url with --page: an LLM judge labels the round's pairs first; the round then serves the
+    labelling page and goes on once a person has labelled every pair too; the reward model trains
+    on both."""
     import threading
 
     import httpx2
+    from judge_server import FakeJudge
+
+    from tether.algos.judge_format import DEFAULT_PAIRWISE_RUBRIC
+    from tether.roles.judge_client import JudgeClient
 
     from tether.commands.demo import parse_sets
     from tether.commands.iterate import _page_server
@@ -64,7 +70,15 @@ def test_a_round_waits_for_people_on_the_page(trained, tmp_path):
                     labelled.append(nxt["pair_id"])
         threading.Thread(target=work, daemon=True).start()
 
-    result = iterate_demo(tmp_path / "out", demo, 1, 6, None, overrides=parse_sets(TINY, ("rm", "ppo")),
-                          serve_page=_page_server(0, person), say=lambda text: None)
+    server = FakeJudge(answer=lambda text: "Winner: A")  # position bias: every pair a tie
+    try:
+        result = iterate_demo(tmp_path / "out", demo, 1, 6, None, overrides=parse_sets(TINY, ("rm", "ppo")),
+                              serve_page=_page_server(0, person), say=lambda text: None,
+                              judge=(JudgeClient(server.url, "judge-1"), DEFAULT_PAIRWISE_RUBRIC))
+    finally:
+        server.close()
     (round1,) = result["rounds"][1:]
     assert round1["pairs"] == len(labelled) > 0 and round1["rm_train_pairs"] > round1["pairs"]
+    assert round1["verdicts"]["tie"] == round1["verdicts"]["position_bias"] == round1["pairs"]
+    ties = (tmp_path / "out" / "round1" / "labels.jsonl.ties.jsonl").read_text().splitlines()
+    assert len(ties) == round1["pairs"] and all('"judge:judge-1"' in t for t in ties)

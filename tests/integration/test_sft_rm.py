@@ -17,7 +17,8 @@ from tether.config import RewardModelConfig, SFTConfig, load_config, to_dict
 from tether.data import collate_right, load_records, sft_examples, tokenize_sft
 from tether.common.errors import ConfigError
 from tether.objectives.reward_model import evaluate_pairs, pair_scores, run_reward_model
-from tether.objectives.sft import run_sft, sft_batch_loss
+from tether.objectives.sft import run_sft
+from tether.objectives.shared import sft_batch_loss
 from tether.objectives.shared import load_pairs
 from tether.metrics.logger import read_metrics
 from tether.models import load_causal_lm, load_scalar_model, load_tokenizer, score_offset

@@ -104,14 +104,15 @@ def to_unit(score: float, fmt: ScoreFormat) -> float:
 
 
 def parse_preference(text: str | None, pattern: str = PREFERENCE_PATTERN) -> str | None:
-    """"A", "B" or "tie" from a pairwise judge's answer (the last match), or None."""
+    """"A", "B" or "tie" from a pairwise judge's answer (the last match; its group may also read
+    "1" or "2" for A or B, for a judge whose vocabulary has numbers but no letters), or None."""
     if not text:
         return None
     found = last_match(pattern, text)
     if found is None:
         return None
-    found = found.strip()
-    return "tie" if found.lower() == "tie" else found.upper() if found.upper() in ("A", "B") else None
+    found = found.strip().lower()
+    return {"a": "A", "1": "A", "b": "B", "2": "B", "tie": "tie"}.get(found)
 
 
 def pairwise_outcome(first: str | None, swapped: str | None) -> tuple[float | None, bool]:

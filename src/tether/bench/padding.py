@@ -8,7 +8,7 @@ padded, packed, padded, packed ... after one warm-up step of each; the report ho
 
 What a step is, by stage (each one optimiser step of the stage's own loss, through its role):
 
-- ``sft``: :func:`tether.objectives.sft.sft_batch_loss` on prompt + response rows;
+- ``sft``: :func:`tether.objectives.shared.sft_batch_loss` on prompt + response rows;
 - ``rm``: the Bradley-Terry loss of :func:`tether.objectives.reward_model.pair_scores` on pairs;
 - ``dpo``: :func:`tether.algos.dpo.dpo_loss` of :func:`tether.objectives.shared.pair_logprobs`, against
   reference log-probs computed once before the first step;
@@ -156,7 +156,7 @@ def supervised_step(stage: str, setup_models: dict, tokenizer, data: list, preci
     from tether.data.tokenize import TokenizedPreference
     from tether.engines import engine_settings
     from tether.objectives.reward_model import pair_scores
-    from tether.objectives.sft import sft_batch_loss
+    from tether.objectives.shared import sft_batch_loss
     from tether.objectives.shared import optimizer_spec, pair_logprobs
     from tether.roles.builder import build_trained
     from tether.roles.supervised import SupervisedModel

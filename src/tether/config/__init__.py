@@ -1,7 +1,8 @@
 """Typed config trees, YAML presets and dotted overrides."""
 
 from tether.config.base import describe, from_dict, load_config, rebase_paths, replace, save_config, to_dict
-from tether.config.stages import DPOConfig, ORPOConfig, RLConfig, RewardModelConfig, SFTConfig, SimPOConfig
+from tether.config.stages import (DPOConfig, GenRMConfig, ORPOConfig, RLConfig, RewardModelConfig, SFTConfig,
+                                   SimPOConfig)
 from tether.config.kto import KTOConfig
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "RLConfig",
     "RewardModelConfig",
     "SFTConfig",
+    "GenRMConfig",
     "SimPOConfig",
     "describe",
     "rebase_paths",

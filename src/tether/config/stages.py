@@ -84,6 +84,27 @@ class SFTConfig:
 
 
 @dataclass(frozen=True)
+class GenRMConfig(SFTConfig):
+    """A generative judge: SFT on preference pairs rendered as pairwise judge prompts and verdicts
+    (both orders), for the judge reward kind and `tether label --judge-path` (docs/judges.md)."""
+
+    data: DataConfig = section(DataConfig, "Preference pairs (prompt, chosen, rejected), as `tether rm` reads them; "
+                                           "each becomes two judge examples, one per order.")
+    rubric: str | None = option(None, "The pairwise rubric file the judge learns and will be asked with: {prompt}, "
+                                      "{response_a}, {response_b}; null = the built-in one.", path=True)
+    verdicts: list[str] = option(factory=lambda: ["Winner: A", "Winner: B"],
+                                 help="The two verdicts the judge learns to write: A is better, B is better. Its "
+                                      "judge.pattern must read them (the built-in one reads 'Winner: A|B|tie'; a "
+                                      "group reading 1 or 2 counts as A or B).")
+
+    def validate(self) -> None:
+        super().validate()
+        if len(self.verdicts) != 2 or len(set(self.verdicts)) != 2 or not all(v.strip() for v in self.verdicts):
+            raise ConfigError(f"Config key 'verdicts' = {self.verdicts!r}: expected two different, non-empty "
+                              "verdicts (A is better, B is better).")
+
+
+@dataclass(frozen=True)
 class RewardModelConfig:
     """Bradley-Terry reward model: a scalar head on the SFT backbone."""
 

@@ -8,25 +8,17 @@ from __future__ import annotations
 
 import logging
 
-import torch
 
-from tether.algos import sft_loss
 from tether.config import SFTConfig
-from tether.data import collate_right, load_records, sft_examples, tokenize_sft
-from tether.distributed import all_reduce
-from tether.distributed.shard import strided
-from tether.engines import engine_settings
+from tether.data import load_records, sft_examples, tokenize_sft
 from tether.common.errors import DataError
-from tether.loops.common import LengthLimit, data_limit, notice, steps_for
+from tether.loops.common import LengthLimit, data_limit, notice
 from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.models import load_tokenizer
-from tether.models.forward import sequence_logprobs
 from tether.models.loading import load_model_config
-from tether.objectives.shared import split_holdout, trained_causal_lm
-from tether.roles.supervised import StageRoles, SupervisedModel
+from tether.objectives.shared import response_lm_roles, split_holdout
+from tether.roles.supervised import StageRoles
 from tether.runs import guarded_run
-from tether.common.runtime import world_size
-from tether.types import to_device
 
 log = logging.getLogger(__name__)
 
@@ -80,67 +72,11 @@ def sft_stage_inputs(cfg: SFTConfig) -> StageInputs:
     return StageInputs(tokenizer, train, evals, counts, limits)
 
 
-def sft_batch_loss(model, batch: dict, total_tokens: int, autocast: str = "none") -> torch.Tensor:
-    """Sum of response-token NLL in ``batch`` divided by ``total_tokens`` of the full batch.
-
-    Dividing by the whole batch's token count makes gradient accumulation exact. The forward
-    runs under ``autocast`` (run.precision); the log-softmax in fp32.
-    """
-    ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
-    # The LM head in fp32 chunks of positions: never the whole [B, T, vocabulary] logits.
-    logp = sequence_logprobs(model, ids, attn, autocast)
-    target_mask = mask[:, 1:]
-    return sft_loss(logp, target_mask) * target_mask.sum() / max(total_tokens, 1)
-
-
-def evaluate_sft(model, examples, pad_id: int, batch_size: int, autocast: str = "none") -> float:
-    """Held-out token-mean NLL of ``examples`` (call without gradients, e.g. through ``engine.infer``).
-    Data parallel: each rank scores its share of the examples and the sums are added up."""
-    total, count = sft_eval_sums(model, strided(examples), pad_id, batch_size, autocast)
-    total, count = all_reduce([total, count], "sum") if world_size() > 1 else (total, count)
-    return total / max(count, 1)
-
-
-def sft_eval_sums(model, examples, pad_id: int, batch_size: int, autocast: str = "none") -> tuple[float, int]:
-    """(summed response-token NLL, response tokens) of ``examples``."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start : start + batch_size]
-        batch = to_device(collate_right([t.input_ids for t in chunk], pad_id, [t.loss_mask for t in chunk]), device)
-        n = int(batch["loss_mask"][:, 1:].sum())
-        total += float(sft_batch_loss(model, batch, n, autocast)) * n
-        count += n
-    model.train(was_training)
-    return total, count
-
-
 def build_sft_roles(cfg: SFTConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,
                     total_steps: int | None = None) -> StageRoles:
-    """SFT's policy role, built where it runs: the model (from ``checkpoint`` when resuming) through
-    the trained-model builder, its loss over training rows and its held-out loss. ``inputs``: the
-    stage's inputs when the loop holds them (this process); a Ray worker reads its own."""
-    inputs = inputs or sft_stage_inputs(cfg)
-    train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
-    total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
-    settings = engine_settings(cfg.run, cfg.model, cfg.cpu)
-    engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, settings, cfg.keep_dropout)
-    pad, autocast = tokenizer.pad_token_id, engine.autocast
-
-    def loss(module, rows):
-        items = [train[i] for i in rows]
-        batch = engine.to_device(collate_right([t.input_ids for t in items], pad, [t.loss_mask for t in items]))
-        value = sft_batch_loss(module, batch, int(batch["loss_mask"][:, 1:].sum()), autocast)
-        return value, {"train/loss": float(value.detach())}
-
-    def evaluate() -> dict:
-        return {"eval/loss": engine.infer(evaluate_sft, evals, pad, cfg.optim.batch_size, autocast)}
-
-    policy = SupervisedModel(engine, loss, evaluate if evals else None,
-                             weight_of=lambda i: float(sum(train[i].loss_mask[1:])), name="sft loss")
-    return StageRoles({"policy": policy})
+    """SFT's policy role, built where it runs (:func:`tether.objectives.shared.response_lm_roles`).
+    ``inputs``: the stage's inputs when the loop holds them (this process); a Ray worker reads its own."""
+    return response_lm_roles(cfg, inputs or sft_stage_inputs(cfg), checkpoint, total_steps)
 
 
 SFT = StageBody(name="sft", role="policy", inputs=sft_stage_inputs, build=build_sft_roles,

@@ -4,7 +4,9 @@
   (:func:`load_pairs`: the reward model, DPO, SimPO, ORPO; the reward model's files), what the
   policy stages read before the weights (:func:`policy_and_reference`, :func:`pair_inputs`).
 - The trained policy: :func:`trained_causal_lm` (SFT, DPO, SimPO, ORPO, KTO) and its optimiser
-  (:func:`optimizer_spec`, also the reward model's).
+  (:func:`optimizer_spec`, also the reward model's); a causal LM trained on its examples' response
+  tokens as the policy role (:func:`response_lm_roles`: SFT, the generative judge), with its loss
+  (:func:`sft_batch_loss`) and held-out loss (:func:`evaluate_sft`).
 - Forwards: a response's summed log-probs after its prompt (:func:`response_logprobs`), a pair's
   chosen and rejected in one forward (:func:`pair_logprobs`), a table of them over many rows
   (:func:`pair_logprob_table`).
@@ -27,21 +29,24 @@ from dataclasses import dataclass
 
 import torch
 
+from tether.algos import sft_loss
+from tether.common.runtime import world_size
 from tether.config import DPOConfig, RewardModelConfig
 from tether.data import collate_left, collate_right, load_records, preference_examples, tokenize_preference
-from tether.distributed import all_gather_objects
-from tether.distributed.shard import rank_slice
+from tether.distributed import all_gather_objects, all_reduce
+from tether.distributed.shard import rank_slice, strided
 from tether.engines import OptimizerSpec, TrainingEngine, engine_settings, prepare_models
 from tether.common.errors import DataError
 from tether.loops.common import LengthLimit, batch_indices, data_limit, notice, steps_for
 from tether.loops.stage import StageInputs
+from tether.models.forward import sequence_logprobs
 from tether.models import load_causal_lm, load_tokenizer
 from tether.models.loading import load_model_config
 from tether.roles.builder import base_engine, build_trained, resume_adapter, resume_source
 from tether.roles.policy import policy_forward
 from tether.roles.sources import check_reference_tokenizer
 from tether.roles.supervised import StageRoles, SupervisedModel
-from tether.types import Rollout
+from tether.types import Rollout, to_device
 
 
 # Rows.
@@ -335,3 +340,67 @@ def build_pair_roles(cfg, objective: Objective, name: str, checkpoint=None, inpu
 
     return StageRoles({"policy": SupervisedModel(engine, loss, evaluate if evals else None, name=f"{name} loss",
                                                  before_step=before_step)})
+
+
+def sft_batch_loss(model, batch: dict, total_tokens: int, autocast: str = "none") -> torch.Tensor:
+    """Sum of response-token NLL in ``batch`` divided by ``total_tokens`` of the full batch.
+
+    Dividing by the whole batch's token count makes gradient accumulation exact. The forward
+    runs under ``autocast`` (run.precision); the log-softmax in fp32.
+    """
+    ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
+    # The LM head in fp32 chunks of positions: never the whole [B, T, vocabulary] logits.
+    logp = sequence_logprobs(model, ids, attn, autocast)
+    target_mask = mask[:, 1:]
+    return sft_loss(logp, target_mask) * target_mask.sum() / max(total_tokens, 1)
+
+
+def evaluate_sft(model, examples, pad_id: int, batch_size: int, autocast: str = "none") -> float:
+    """Held-out token-mean NLL of ``examples`` (call without gradients, e.g. through ``engine.infer``).
+    Data parallel: each rank scores its share of the examples and the sums are added up."""
+    total, count = sft_eval_sums(model, strided(examples), pad_id, batch_size, autocast)
+    total, count = all_reduce([total, count], "sum") if world_size() > 1 else (total, count)
+    return total / max(count, 1)
+
+
+def sft_eval_sums(model, examples, pad_id: int, batch_size: int, autocast: str = "none") -> tuple[float, int]:
+    """(summed response-token NLL, response tokens) of ``examples``."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        batch = to_device(collate_right([t.input_ids for t in chunk], pad_id, [t.loss_mask for t in chunk]), device)
+        n = int(batch["loss_mask"][:, 1:].sum())
+        total += float(sft_batch_loss(model, batch, n, autocast)) * n
+        count += n
+    model.train(was_training)
+    return total, count
+
+
+def response_lm_roles(cfg, inputs: StageInputs, checkpoint=None, total_steps: int | None = None,
+                      extra_eval: Callable | None = None) -> StageRoles:
+    """A causal LM trained on its examples' response tokens (SFT; a generative judge's verdicts), as
+    the ``policy`` role: the model (from ``checkpoint`` when resuming) through the trained-model
+    builder, its loss over training rows and its held-out loss; ``extra_eval(engine, pad, autocast)
+    -> dict``: more held-out metrics."""
+    train, evals, tokenizer = inputs.train, inputs.evals, inputs.tokenizer
+    total_steps = total_steps or steps_for(len(train), cfg.optim.batch_size, cfg.epochs, cfg.max_steps)
+    settings = engine_settings(cfg.run, cfg.model, cfg.cpu)
+    engine = trained_causal_lm(cfg, tokenizer, checkpoint, total_steps, settings, cfg.keep_dropout)
+    pad, autocast = tokenizer.pad_token_id, engine.autocast
+
+    def loss(module, rows):
+        items = [train[i] for i in rows]
+        batch = engine.to_device(collate_right([t.input_ids for t in items], pad, [t.loss_mask for t in items]))
+        value = sft_batch_loss(module, batch, int(batch["loss_mask"][:, 1:].sum()), autocast)
+        return value, {"train/loss": float(value.detach())}
+
+    def evaluate() -> dict:
+        out = {"eval/loss": engine.infer(evaluate_sft, evals, pad, cfg.optim.batch_size, autocast)}
+        return {**out, **(extra_eval(engine, pad, autocast) if extra_eval is not None else {})}
+
+    policy = SupervisedModel(engine, loss, evaluate if evals else None,
+                             weight_of=lambda i: float(sum(train[i].loss_mask[1:])), name="sft loss")
+    return StageRoles({"policy": policy})

@@ -164,6 +164,12 @@ register_stage(StageSpec(
     "Train a Bradley-Terry reward model on preference pairs.", "reward_model", title="RM",
     purpose="a Bradley-Terry reward model trained on preference pairs", role="reward", card_keys=("normalize",),
     inputs="tether.objectives.reward_model:plan_inputs", unit="preference pairs", passes=Passes(2, "score")))
+register_stage(StageSpec(
+    "genrm", "tether.config:GenRMConfig", "tether.objectives.genrm:run_genrm",
+    "Train a generative judge: SFT on preference pairs rendered as pairwise judge prompts and verdicts.", "genrm",
+    title="GenRM", purpose="a generative judge (a causal LM that writes 'Winner: A' or 'Winner: B' for a pair, "
+    "trained on both orders of each preference pair)", card_keys=("rubric",),
+    inputs="tether.objectives.genrm:plan_inputs", unit="judge examples", passes=Passes(1, "tokens")))
 register_stage(_pairs(
     "dpo", "DPO", "tether.config:DPOConfig", "tether.objectives.dpo:run_dpo",
     "DPO (or IPO): the policy trained on preference pairs directly; no reward model, no RL loop.",

@@ -99,3 +99,11 @@ def test_rank_scores_and_discordance_on_hand_worked_rankings():
     assert numbered(["a", "b"]) == "[1] a\n\n[2] b"
     with pytest.raises(ValueError):
         rank_scores([0])
+
+
+def test_a_preference_group_may_read_one_or_two():
+    from tether.algos.judge_format import parse_preference
+
+    assert parse_preference("answer 2", r"answer (1|2)") == "B"
+    assert parse_preference("answer 1 . answer 1", r"answer (1|2)") == "A"
+    assert parse_preference("answer 3", r"answer (\d)") is None

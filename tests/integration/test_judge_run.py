@@ -199,3 +199,21 @@ def test_a_pairwise_judge_ranks_the_groups_of_online_dpo_and_rejection_sampling(
         assert row["judge/short/judged"] == 2 * 3 and row["judge/short/requests"] <= 12  # 3 pairs a group, 2 orders
         assert row["judge/short/failure_rate"] == 0.0 and row["judge/short/order_disagreement"] == 0.0
         assert row["reward/short"] == pytest.approx(0.5)  # win rates within a group average to a half
+
+
+def test_tether_pairs_has_the_judge_label_what_it_sampled(tiny_task, tmp_path, capsys):
+    server = FakeJudge(answer=lambda text: "Winner: B")
+    task, pairs, labels = tiny_task["dir"], tmp_path / "pairs.jsonl", tmp_path / "labels.jsonl"
+    try:
+        assert main(["pairs", "--policy", str(task / "base_model"), "--prompts", str(task / "ppo_prompts.jsonl"),
+                     "--out", str(pairs), "--max-prompts", "4", "--max-new-tokens", "6", "--judge-url", server.url,
+                     "--judge-model", "judge-1", "--labels", str(labels)]) == 0
+    finally:
+        server.close()
+    sampled = [json.loads(line) for line in pairs.read_text().splitlines()]
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    judged = said["judge"]
+    # "Winner: B" in both orders names each response once: position bias, a tie
+    assert judged["tie"] == judged["position_bias"] == len(sampled) > 0 and judged["failed"] == 0
+    ties = (tmp_path / "labels.jsonl.ties.jsonl").read_text().splitlines()
+    assert len(ties) == judged["tie"] and all('"annotator": "judge:judge-1"' in t for t in ties)

@@ -7,7 +7,8 @@ from tether.registry.engines import DEFAULT_ENGINE, engine_names
 
 DESCRIPTION = (
     "Sample comparison pairs for a prompt file and write them unlabeled (pair_id, prompt, response_a, response_b, "
-    "provenance) for `tether label`. Strategies: temperature (two samples of --policy), checkpoints (--policy vs "
+    "provenance) for `tether label`, or label them with an LLM judge at once (--judge-url or --judge-path, "
+    "--labels). Strategies: temperature (two samples of --policy), checkpoints (--policy vs "
     "--policy-b), best_worst (the --reward-model's best and worst of --n samples of --policy)."
 )
 
@@ -26,6 +27,12 @@ def register(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=24, help="Response length cap (default 24).")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--engine", default=DEFAULT_ENGINE, choices=engine_names(), help="Generation engine.")
+    p.add_argument("--labels", default=None,
+                   help="With --judge-url or --judge-path: the preference file the judge's labels go to (as "
+                        "`tether label --judge-url` writes them; people may label the same pairs after it).")
+    from tether.commands.judge_flags import add_judge_flags
+
+    add_judge_flags(p)
 
 
 def check(args) -> None:
@@ -45,6 +52,13 @@ def check(args) -> None:
     if args.max_new_tokens < 1 or (args.max_prompts is not None and args.max_prompts < 1):
         raise ConfigError("--max-new-tokens and --max-prompts must be at least 1.")
     check_output_file(args.out, "--out", example="pairs.jsonl")
+    judged = bool(args.judge_url or args.judge_path)
+    if judged != bool(args.labels):
+        raise ConfigError("--labels names where the judge's labels go: give it with --judge-url or --judge-path, and "
+                          "only then." if not judged else "--judge-url / --judge-path label the pairs: give --labels, "
+                          "the preference file their labels go to.")
+    if args.labels:
+        check_output_file(args.labels, "--labels", example="labels.jsonl")
 
 
 def models(args) -> list[tuple[str, str, str]]:
@@ -76,6 +90,9 @@ def run(args) -> int:
     from tether.rollout import check_frozen
 
     check(args)
+    from tether.commands.judge_flags import judge_labeller
+
+    judge = judge_labeller(args)  # the judge asked that it serves its model, before any sampling
     tokenizer, examples, ids = encoded_prompts(args)
     texts = [prompt_text(ex.prompt) for ex in examples]
     spec = PairSpec(args.strategy, args.policy, args.policy_b, args.reward_model, args.temperature, args.n,
@@ -85,6 +102,16 @@ def run(args) -> int:
     from pathlib import Path
 
     _rewrite(Path(args.out), rows)
+    if judge is not None:
+        from tether.feedback.judge_labels import label_with_judge
+        from tether.feedback.store import LabelStore, load_pairs
+
+        client, rubric = judge
+        try:
+            counts["judge"] = label_with_judge(client, LabelStore(load_pairs(args.out), Path(args.labels)), rubric,
+                                               say=lambda text: print(text, file=sys.stderr))
+        finally:
+            client.close()
     print(json.dumps(counts))
-    print(f"written: {args.out}", file=sys.stderr)
+    print(f"written: {args.out}" + (f", labels: {args.labels}" if judge is not None else ""), file=sys.stderr)
     return 0

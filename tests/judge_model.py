@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tool_model import TEMPLATE, _learned, build_tokenizer
+from tool_model import TEMPLATE, learn_by_heart, tiny_qwen2
 
 VERDICT = "Score: 8"
 RUBRIC = "Grade this answer.\nQ: {prompt}\nA: {response}\n"
@@ -33,32 +33,8 @@ def _examples(tok, pairs) -> list[tuple[torch.Tensor, int]]:
 
 def build(out: Path, max_steps: int = 800) -> Path:
     """Train the judge to answer ``VERDICT`` to its rubric's prompts and save it with its tokenizer in ``out``."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from tether.models import load_tokenizer
-
-    corpus = [TEMPLATE, RUBRIC, VERDICT, "0123456789 + - times ? ! . answer sure ok"]
-    made = build_tokenizer(corpus)
-    made.save_pretrained(out)
-    config = Qwen2Config(vocab_size=len(made), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                         bos_token_id=made.eos_token_id, eos_token_id=made.eos_token_id,
-                         pad_token_id=made.pad_token_id)
-    config.save_pretrained(out)
-    tok = load_tokenizer(str(out))
-    seen, held_out = _examples(tok, SEEN), _examples(tok, HELD_OUT)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(max_steps):
-        loss = sum(torch.nn.functional.cross_entropy(model(ids[None, :-1]).logits[0, start - 1:], ids[start:])
-                   for ids, start in seen)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if step % 20 == 19 and _learned(model, seen + held_out, margin=2.0):
-            break
-    else:
-        raise AssertionError(f"the tiny judge did not learn its verdict in {max_steps} steps")
+    tok, model = tiny_qwen2(out, [TEMPLATE, RUBRIC, VERDICT, "0123456789 + - times ? ! . answer sure ok"], heads=2,
+                            kv_heads=1)
+    learn_by_heart(model, _examples(tok, SEEN), max_steps, "the tiny judge", checked=_examples(tok, HELD_OUT))
     model.save_pretrained(out)
     return out

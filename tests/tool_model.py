@@ -91,23 +91,36 @@ def _learned(model, examples, margin: float) -> bool:
 
 def build(out: Path, max_steps: int = 600) -> Path:
     """Train the model to answer its two conversations and save it with its tokenizer in ``out``."""
+    tok, model = tiny_qwen2(out, [TEMPLATE, json.dumps(TOOLS), CALL_TEXT, FINAL, QUESTION], heads=4, kv_heads=2)
+    learn_by_heart(model, _examples(tok), max_steps, "the tiny tool model")
+    model.save_pretrained(out)
+    return out
+
+
+def tiny_qwen2(out: Path, corpus: list[str], heads: int, kv_heads: int):
+    """(tokenizer, model): the BPE tokenizer of ``corpus`` and a 2-layer Qwen2 of hidden size 64,
+    both saved in ``out`` (the model's weights once trained), seeded 0. The tokenizer is the one read
+    back: loaded beside a Qwen2 config it is Qwen2's class, whose pre-tokenizer splits digits apart
+    (the one built here does not), so the ids learned are the ids a server will see."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from tether.models import load_tokenizer
 
-    made = build_tokenizer([TEMPLATE, json.dumps(TOOLS), CALL_TEXT, FINAL, QUESTION])
+    made = build_tokenizer(corpus)
     made.save_pretrained(out)
     config = Qwen2Config(vocab_size=len(made), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
                          bos_token_id=made.eos_token_id, eos_token_id=made.eos_token_id,
                          pad_token_id=made.pad_token_id)
     config.save_pretrained(out)
-    # Learn the ids the server will see: loaded beside a Qwen2 config, the tokenizer is Qwen2's
-    # class, whose pre-tokenizer splits digits apart (the tokenizer built above does not).
-    tok = load_tokenizer(str(out))
-    examples = _examples(tok)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config)
+    return load_tokenizer(str(out)), Qwen2ForCausalLM(config)
+
+
+def learn_by_heart(model, examples, max_steps: int, what: str, checked=()) -> None:
+    """Adam on ``examples`` ((ids, where the answer starts)) until greedy decoding says every answer
+    of them and of ``checked`` (held out), by a margin of 2 nats; an AssertionError naming ``what``
+    after ``max_steps``."""
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for step in range(max_steps):
         loss = sum(torch.nn.functional.cross_entropy(model(ids[None, :-1]).logits[0, start - 1:], ids[start:])
@@ -115,9 +128,6 @@ def build(out: Path, max_steps: int = 600) -> Path:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if step % 20 == 19 and _learned(model, examples, margin=2.0):
-            break
-    else:
-        raise AssertionError(f"the tiny tool model did not learn its answers in {max_steps} steps")
-    model.save_pretrained(out)
-    return out
+        if step % 20 == 19 and _learned(model, [*examples, *checked], margin=2.0):
+            return
+    raise AssertionError(f"{what} did not learn its answers in {max_steps} steps")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tether.common.errors import ConfigError
 
 
@@ -66,12 +68,9 @@ def run(args) -> int:
         return run_pareto(args)
     if args.vary:
         raise ConfigError("--vary applies to --pareto only.")
-    from pathlib import Path
-
     from tether.commands.demo import parse_sets
     from tether.demo.compare import compare_demo
     from tether.demo.compare import methods as known
-    from tether.common.outputs import check_output_dir
     from tether.plots.compare import compare_table
 
     choices = known()
@@ -81,13 +80,7 @@ def run(args) -> int:
         raise ConfigError(f"--methods {args.methods!r}: expected a comma-separated list of {', '.join(choices)}.")
     if args.eval_repeats < 1:
         raise ConfigError(f"--eval-repeats must be at least 1, got {args.eval_repeats}.")
-    for flag, value in (("--seeds", args.seeds), ("--jobs", args.jobs)):
-        if value < 1:
-            raise ConfigError(f"{flag} must be at least 1, got {value}.")
-    source = Path(args.source) if args.source else None
-    if source is not None and not all((source / part).is_dir() for part in ("task", "sft", "rm")):
-        raise ConfigError(f"--from '{args.source}': expected a `tether demo` directory holding task/, sft/ and rm/.")
-    check_output_dir(args.out, "--out")
+    source = checked_source(args, (("--seeds", args.seeds), ("--jobs", args.jobs)))
     data = compare_demo(Path(args.out), source, methods, args.seed, parse_sets(args.sets, choices, "METHOD"),
                         args.eval_repeats, seeds=args.seeds, jobs=args.jobs)
     if args.seeds > 1:
@@ -104,8 +97,6 @@ def run(args) -> int:
 
 def run_tool_demo(args) -> int:
     """`tether compare --tool-demo` (:mod:`tether.demo.tool_compare`)."""
-    from pathlib import Path
-
     from tether.commands.demo import parse_sets
     from tether.common.outputs import check_output_dir
     from tether.demo.tool_compare import EXTRA_NAMES, compare_tool_demo, methods
@@ -135,10 +126,7 @@ def run_tool_demo(args) -> int:
 
 def run_pareto(args) -> int:
     """`tether compare --pareto` (:mod:`tether.demo.pareto`)."""
-    from pathlib import Path
-
     from tether.commands.demo import parse_sets
-    from tether.common.outputs import check_output_dir
     from tether.demo.compare import prepare_demo, rl_methods
     from tether.demo.pareto import pareto_demo, parse_vary
     from tether.plots.pareto import pareto_table
@@ -149,16 +137,26 @@ def run_pareto(args) -> int:
                           f"{', '.join(rl_methods())}.")
     extra = parse_sets(args.sets, (method,), "METHOD").get(method, [])  # every setting's runs
     settings = parse_vary(args.vary)
-    for flag, value in (("--eval-repeats", args.eval_repeats), ("--jobs", args.jobs), ("--seeds", args.seeds)):
-        if value < 1:
-            raise ConfigError(f"{flag} must be at least 1, got {value}.")
-    source = Path(args.source) if args.source else None
-    if source is not None and not all((source / part).is_dir() for part in ("task", "sft", "rm")):
-        raise ConfigError(f"--from '{args.source}': expected a `tether demo` directory holding task/, sft/ and rm/.")
-    check_output_dir(args.out, "--out")
+    source = checked_source(args, (("--eval-repeats", args.eval_repeats), ("--jobs", args.jobs),
+                                   ("--seeds", args.seeds)))
     out = Path(args.out)
     demo = source if source is not None else prepare_demo(out / "demo", args.seed, print)
     data = pareto_demo(out, demo, method, settings, args.seed, args.seeds, args.jobs, args.eval_repeats, extra)
     print(pareto_table(data))
     print(f"\nwritten: {args.out}/pareto.json, pareto.md, pareto.png; {args.out}/seed<S>/ for each seed")
     return 0
+
+
+def checked_source(args, counts) -> Path | None:
+    """``--from``'s demo directory (None: build one), each of ``counts`` ((flag, value)) at least 1,
+    and ``--out`` writable: checked before anything runs."""
+    from tether.common.outputs import check_output_dir
+
+    for flag, value in counts:
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}.")
+    source = Path(args.source) if args.source else None
+    if source is not None and not all((source / part).is_dir() for part in ("task", "sft", "rm")):
+        raise ConfigError(f"--from '{args.source}': expected a `tether demo` directory holding task/, sft/ and rm/.")
+    check_output_dir(args.out, "--out")
+    return source

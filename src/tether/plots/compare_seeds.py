@@ -29,6 +29,14 @@ def _sd(stat) -> float:
     return (_num(stat.get("sd")) or 0.0) if isinstance(stat, dict) else 0.0
 
 
+def seed_dots(ax, x: dict, y: dict, color: str) -> None:
+    """Each seed's point of two over-seeds statistics (their ``values``), faint, where both are numbers."""
+    dots = [(_num(a), _num(b)) for a, b in zip(x.get("values", []), y.get("values", []))]
+    dots = [(a, b) for a, b in dots if a is not None and b is not None]
+    if dots:
+        ax.plot([a for a, _ in dots], [b for _, b in dots], marker="o", ms=5, ls="", color=color, alpha=SEED_ALPHA)
+
+
 def _seeds_text(data: dict) -> str:
     return ", ".join(str(s) for s in data.get("seeds", []))
 
@@ -51,11 +59,7 @@ def compare_seeds_plot(data: dict, out_png: str | Path) -> Path:
                         xytext=(4, 4), fontsize=8, color="#555555")
         for method, report in data.get("methods", {}).items():
             kl, y, color = report.get("kl", {}), report.get(key, {}), method_color(method)
-            seeds = [(_num(a), _num(b)) for a, b in zip(kl.get("values", []), y.get("values", []))]
-            seeds = [(a, b) for a, b in seeds if a is not None and b is not None]
-            if seeds:
-                ax.plot([a for a, _ in seeds], [b for _, b in seeds], marker="o", ms=5, ls="", color=color,
-                        alpha=SEED_ALPHA)
+            seed_dots(ax, kl, y, color)
             if _mean(kl) is not None and _mean(y) is not None:
                 ax.errorbar([_mean(kl)], [_mean(y)], xerr=[_sd(kl)], yerr=[_sd(y)], marker="*", ms=14, ls="",
                             color=color, capsize=3, markeredgecolor="black", markeredgewidth=0.6,

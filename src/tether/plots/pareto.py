@@ -13,8 +13,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from tether.plots.compare_seeds import SEED_ALPHA, _mean, _sd
-from tether.plots.curves import _num
+from tether.plots.compare_seeds import _mean, _sd, seed_dots
 
 TITLES = {"proxy_score": "reward model's score (proxy)", "spurious_rate": "'!' rate (responses with '!')"}
 
@@ -32,11 +31,7 @@ def pareto_plot(data: dict, out_png: str | Path) -> Path:
         front = data.get("front", {}).get(key, [])
         for i, (label, report) in enumerate(data.get("methods", {}).items()):
             x, y, color = report.get(key, {}), report.get("gold_score", {}), palette[i % len(palette)]
-            dots = [(_num(a), _num(b)) for a, b in zip(x.get("values", []), y.get("values", []))]
-            dots = [(a, b) for a, b in dots if a is not None and b is not None]
-            if dots:
-                ax.plot([a for a, _ in dots], [b for _, b in dots], marker="o", ms=5, ls="", color=color,
-                        alpha=SEED_ALPHA)
+            seed_dots(ax, x, y, color)
             if _mean(x) is not None and _mean(y) is not None:
                 ax.errorbar([_mean(x)], [_mean(y)], xerr=[_sd(x)], yerr=[_sd(y)], marker="*", ms=13, ls="",
                             color=color, capsize=3, label=label + (" (front)" if label in front else ""))

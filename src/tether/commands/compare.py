@@ -129,9 +129,10 @@ def run_pareto(args) -> int:
     from tether.commands.demo import parse_sets
     from tether.demo.compare import prepare_demo, rl_methods
     from tether.demo.pareto import pareto_demo, parse_vary
+    from tether.registry.algorithms import DEFAULT_ALGORITHM
     from tether.plots.pareto import pareto_table
 
-    method = (args.methods or "ppo").strip()
+    method = (args.methods or DEFAULT_ALGORITHM).strip()
     if method not in rl_methods():
         raise ConfigError(f"--methods {args.methods!r} with --pareto: expected one RL algorithm of "
                           f"{', '.join(rl_methods())}.")

@@ -26,6 +26,7 @@ from tether.algos import RunningMoments
 from tether.algos.constraints import constrained_score, dual_ascent, violation
 from tether.algos.reward_terms import combine_terms
 from tether.common.errors import ConfigError
+from tether.loops.common import notice
 
 
 class RewardObjectives:
@@ -43,6 +44,7 @@ class RewardObjectives:
         self.lr = [terms[i].multiplier_lr for i in self.costs]
         self.max = [terms[i].multiplier_max for i in self.costs]
         self.multipliers = torch.tensor([terms[i].multiplier_init for i in self.costs], dtype=torch.float64)
+        self.capped: set[int] = set()  # the constraints whose multiplier reached its cap (said once)
 
     @property
     def plain(self) -> bool:
@@ -79,6 +81,12 @@ class RewardObjectives:
         self.multipliers = torch.stack([
             dual_ascent(lam[k:k + 1], costs[:, k].mean()[None], self.limits[k:k + 1], self.lr[k], self.max[k])[0]
             for k in range(len(self.costs))])
+        for k, i in enumerate(self.costs):
+            if self.multipliers[k] >= self.max[k] and i not in self.capped:  # said once per run
+                self.capped.add(i)
+                notice(f"constraint {self.names[i]}: its multiplier reached multiplier_max={self.max[k]:g} with the "
+                       f"batch's mean cost {float(costs[:, k].mean()):.4g} above its limit {float(self.limits[k]):g}; "
+                       "the limit may not be reachable at this KL penalty (constraint/<name>/violation stays > 0).")
         return score, stats
 
     def state_dict(self) -> dict:

@@ -52,7 +52,7 @@ def test_normalised_and_constrained_terms_on_hand_worked_values():
     assert stats["objective/b/std"] == pytest.approx(math.sqrt(4 / 3))  # [0, 2, 0, 2]: pop var 1, n/(n-1)
 
 
-def test_a_met_limit_lowers_the_multiplier_to_zero_and_an_unmeetable_one_stops_at_the_cap():
+def test_a_met_limit_lowers_the_multiplier_to_zero_and_an_unmeetable_one_stops_at_the_cap(capsys):
     met = RewardObjectives(terms(limit=2.0, init=0.2))  # mean(c) = 0.5 <= 2: lambda 0.2 - 0.5*1.5 -> 0
     met(X)
     assert met.multipliers.tolist() == [0.0]
@@ -62,6 +62,8 @@ def test_a_met_limit_lowers_the_multiplier_to_zero_and_an_unmeetable_one_stops_a
     for _ in range(4):
         _, stats = never(X)
     assert never.multipliers.tolist() == [2.0] and stats["constraint/c/violation"] == 5.5
+    said = capsys.readouterr().err
+    assert said.count("constraint c: its multiplier reached multiplier_max=2") == 1  # said once
 
 
 def test_the_state_resumes_exactly_and_other_objectives_are_refused():

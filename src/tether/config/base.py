@@ -129,7 +129,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return value
     if tp is float:
         if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
-            value = float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
+            value = float(value.strip())  # YAML 1.1 reads `1e-4` (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"Config key '{key}' = {value!r}: expected a number.")
         try:
@@ -347,7 +347,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except Exception:  # noqa: BLE001 - YAMLError, and ValueError for '2001-13-45' or '!!int x', ...
         value = raw
     if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
-        value = float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
+        value = float(value.strip())  # YAML 1.1 reads `1e-4` (no dot) as a string
     return key.split("."), value
 
 

@@ -11,10 +11,14 @@ from typing import Literal
 
 from tether.common.errors import ConfigError
 from tether.config.base import option
-from tether.algos.judge_format import PREFERENCE_PATTERN, RANKING_PATTERN, SCORE_PATTERN
 
-#: Each mode's answer format when ``pattern`` is not given.
-PATTERNS = {"pointwise": SCORE_PATTERN, "pairwise": PREFERENCE_PATTERN, "group": RANKING_PATTERN}
+
+def mode_pattern(mode: str) -> str:
+    """Each mode's answer format when ``pattern`` is not given (:mod:`tether.algos.judge_format`'s;
+    imported here, not at the top: reading a config loads no torch)."""
+    from tether.algos.judge_format import PREFERENCE_PATTERN, RANKING_PATTERN, SCORE_PATTERN
+
+    return {"pointwise": SCORE_PATTERN, "pairwise": PREFERENCE_PATTERN, "group": RANKING_PATTERN}[mode]
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class JudgeConfig:
     @property
     def verdict_pattern(self) -> str:
         """``pattern``, or the mode's own."""
-        return self.pattern if self.pattern is not None else PATTERNS[self.mode]
+        return self.pattern if self.pattern is not None else mode_pattern(self.mode)
 
     @property
     def enabled(self) -> bool:

@@ -192,6 +192,7 @@ def test_parse_override_values():
     assert parse_override("a=0.5") == (["a"], 0.5)
     assert parse_override("a=x=y") == (["a"], "x=y")
     assert parse_override("a=") == (["a"], "")
+    assert parse_override("a=0\x1f") == (["a"], 0.0)  # a number with a control character Python strips
 
 
 @pytest.mark.parametrize("text", ["noequals", "=3", "a..b=1", ".a=1", "a.=1"])

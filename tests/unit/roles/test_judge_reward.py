@@ -15,7 +15,7 @@ from judge_server import FakeJudge
 from tether.algos.judge_format import ScoreFormat
 from tether.common.errors import ConfigError, ModelError, TrainingError
 from tether.config import RLConfig, load_config
-from tether.config.judge import PATTERNS
+from tether.config.judge import mode_pattern
 from tether.placement import role
 from tether.placement.local import LocalPlacement
 from tether.loops.rl_setup import score_rollout
@@ -54,7 +54,7 @@ def rollout(responses) -> Rollout:
 def judge(server, on_failure="fallback", max_failure_rate=1.0, mode="pointwise", rubric=RUBRIC,
           group_size=1) -> JudgeReward:
     c = JudgeClient(server.url, "judge-1", timeout_s=0.3, retries=0, backoff=0.01, key="reward.terms[0].judge")
-    return JudgeReward(c, rubric, mode, PATTERNS[mode], ScoreFormat(low=1, high=10), on_failure, max_failure_rate,
+    return JudgeReward(c, rubric, mode, mode_pattern(mode), ScoreFormat(low=1, high=10), on_failure, max_failure_rate,
                        name="helpful", key="reward.terms[0].judge", group_size=group_size)
 
 

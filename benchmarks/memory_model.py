@@ -187,7 +187,7 @@ def measure_sft(name: str, layers: int | None, batch: int, seq: int, precision: 
     from transformers import AutoModelForCausalLM
 
     from tether.bench.shapes import model_config
-    from tether.objectives.sft import sft_batch_loss
+    from tether.objectives.shared import sft_batch_loss
     from tether.metrics.memory import own_peak_rss_mb
     from tether.models.forward import logprob_chunk, sequence_logprobs
     from tether.plan.memory import RoleSize, Shape, Workload, predict_peak

@@ -1,6 +1,6 @@
 """Measured device memory against the memory model (src/tether/plan/memory.py).
 
-An SFT update (the stage's own loss, :func:`tether.objectives.sft.sft_batch_loss`, through the
+An SFT update (the stage's own loss, :func:`tether.objectives.shared.sft_batch_loss`, through the
 training engine with the stage's optimiser: AdamW, not fused) of a Qwen2-layout model whose
 vocabulary and activations are large enough to matter (32k vocabulary, 8 x 256 tokens):
 
@@ -62,7 +62,7 @@ def run_steps(model, precision: str, steps: int = 2):
     """The engine after ``steps`` SFT steps; the peak counter covers the last one only."""
     from tether.engines.optim import OptimizerSpec
     from tether.engines.training import TrainingEngine
-    from tether.objectives.sft import sft_batch_loss
+    from tether.objectives.shared import sft_batch_loss
 
     engine = TrainingEngine(model, OptimizerSpec(lr=1e-4), device(), precision)
     batch = sft_batch()

@@ -43,7 +43,7 @@ from packing_helpers import (
 from tether.algos import bradley_terry_loss
 from tether.algos.dpo import dpo_loss
 from tether.objectives.reward_model import pair_scores
-from tether.objectives.sft import sft_batch_loss
+from tether.objectives.shared import sft_batch_loss
 from tether.objectives.shared import pair_logprobs
 from tether.models.forward import last_token_scores
 

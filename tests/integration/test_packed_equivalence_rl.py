@@ -36,7 +36,7 @@ from tether.algorithms import ALGORITHMS
 from tether.registry.algorithms import build_algorithm
 from tether.algos import bradley_terry_loss, masked_mean
 from tether.objectives.reward_model import pair_scores
-from tether.objectives.sft import sft_batch_loss
+from tether.objectives.shared import sft_batch_loss
 from tether.models import last_layer
 from tether.models.forward import response_values
 from tether.models.loading import enable_gradient_checkpointing

@@ -91,12 +91,6 @@ class RewardSourceConfig:
                                       f"limited terms each term is logged as objective/<name>, and objective/"
                                       f"{term.name} is the loop's own metric; rename the term.")
 
-    def term_weights(self) -> tuple[list[str], list[float]]:
-        """The reward's terms' names and weights: ``reward.terms``'s, or the one source's ("score", 1)."""
-        if not self.terms:
-            return ["score"], [1.0]
-        return [term.name for term in self.terms], [term.weight for term in self.terms]
-
     def model_sources(self) -> list[tuple[str, str]]:
         """(checkpoint, config key) of every reward model the reward loads: reward.models, or each
         model term's (``reward.terms[i].models``), in order."""

@@ -72,21 +72,21 @@ class RewardObjectives:
         costs = x[:, self.costs].double()
         lam = self.multipliers
         score = constrained_score(reward.double(), costs, lam).float()
-        broken = violation(costs.mean(0), self.limits)
+        means = costs.mean(0)
+        broken = violation(means, self.limits)
+        stepped = []
         for k, i in enumerate(self.costs):
             name = self.names[i]
-            stats[f"objective/{name}"] = float(costs[:, k].mean())
+            stats[f"objective/{name}"] = float(means[k])
             stats[f"constraint/{name}/multiplier"] = float(lam[k])
             stats[f"constraint/{name}/violation"] = float(broken[k])
-        self.multipliers = torch.stack([
-            dual_ascent(lam[k:k + 1], costs[:, k].mean()[None], self.limits[k:k + 1], self.lr[k], self.max[k])[0]
-            for k in range(len(self.costs))])
-        for k, i in enumerate(self.costs):
-            if self.multipliers[k] >= self.max[k] and i not in self.capped:  # said once per run
+            stepped.append(dual_ascent(lam[k:k + 1], means[k:k + 1], self.limits[k:k + 1], self.lr[k], self.max[k]))
+            if stepped[-1][0] >= self.max[k] and i not in self.capped:  # said once per run
                 self.capped.add(i)
-                notice(f"constraint {self.names[i]}: its multiplier reached multiplier_max={self.max[k]:g} with the "
-                       f"batch's mean cost {float(costs[:, k].mean()):.4g} above its limit {float(self.limits[k]):g}; "
-                       "the limit may not be reachable at this KL penalty (constraint/<name>/violation stays > 0).")
+                notice(f"constraint {name}: its multiplier reached multiplier_max={self.max[k]:g} with the batch's "
+                       f"mean cost {float(means[k]):.4g} above its limit {float(self.limits[k]):g}; the limit may not "
+                       "be reachable at this KL penalty (constraint/<name>/violation stays > 0).")
+        self.multipliers = torch.cat(stepped)  # the next batch's
         return score, stats
 
     def state_dict(self) -> dict:

@@ -32,12 +32,16 @@ def test_pareto_runs_each_setting_over_seeds_and_draws_the_front(demo_dir, tmp_p
         assert len(report["gold_score"]["values"]) == 2 and report["spurious_rate"]["ci95"] is not None
     assert "constraint/bang/multiplier" in held["training"] and "constraint/bang/multiplier" not in free["training"]
     assert set(data["front"]) == {"proxy_score", "spurious_rate"} and all(data["front"].values())
+    # Gold at matched KL: each run's evaluations from SFT's point, at the smallest KL every run of a seed reached.
+    assert len(data["matched_kl"]["values"]) == 2 and data["matched_kl"]["mean"] >= 0
+    assert all(None not in r["gold_at_matched_kl"]["values"] for r in (free, held))
     for s in (0, 1):
         config = (out / f"seed{s}" / "limit=0.1,weight=1" / "config.yaml").read_text()
         assert "limit: 0.1" in config and f"seed: {s}" in config
     assert (out / "pareto.png").stat().st_size > 10_000
     table = capsys.readouterr().out
     assert "| limit=0.1,weight=1 |" in table and "bang " in table and (out / "pareto.md").read_text().strip() in table
+    assert "gold at matched KL" in table
 
 
 def test_pareto_refuses_bad_settings(demo_dir, tmp_path, capsys):  # noqa: F811

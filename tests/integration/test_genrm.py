@@ -27,6 +27,9 @@ def test_a_judge_trained_on_pairs_then_used_as_a_reward(tiny_task, tmp_path, cap
     assert main(args) == 0
     rows = [r for r in read_metrics(judge / "metrics.jsonl") if "eval/verdict_accuracy" in r]
     assert rows and 0.0 <= rows[-1]["eval/verdict_accuracy"] <= 1.0 and 0.0 <= rows[-1]["eval/pair_accuracy"] <= 1.0
+    # The task's eval pairs carry the gold judge's scores: the judge's and the labels' agreement with it.
+    assert 0.0 <= rows[-1]["eval/gold_agreement"] <= 1.0 and 0.0 <= rows[-1]["eval/position_bias"] <= 1.0
+    assert 0.5 < rows[-1]["eval/labels_gold_agreement"] <= 1.0 and 0 < rows[-1]["eval/gold_pairs"] <= 100
     first = [r for r in read_metrics(judge / "metrics.jsonl") if r.get("step") == 0][0]
     pairs = sum(1 for line in (task / "prefs_train.jsonl").read_text().splitlines() if line.strip())
     assert first["data/train_examples"] == 2 * pairs  # both orders of every pair

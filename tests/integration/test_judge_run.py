@@ -180,7 +180,8 @@ def shorter_wins(text: str) -> str:
 
 
 @pytest.mark.parametrize("algorithm", ["online_dpo", "rs"])
-def test_a_pairwise_judge_ranks_the_groups_of_online_dpo_and_rejection_sampling(tiny_task, tmp_path, algorithm):
+def test_a_pairwise_judge_ranks_the_groups_of_online_dpo_and_rejection_sampling(tiny_task, tmp_path, capsys,
+                                                                                 algorithm):
     server = FakeJudge(answer=shorter_wins)
     (tmp_path / "pair.txt").write_text("Q: {prompt}\nA: {response_a}\nB: {response_b}\n")
     task, out = tiny_task["dir"], tmp_path / "run"
@@ -188,13 +189,18 @@ def test_a_pairwise_judge_ranks_the_groups_of_online_dpo_and_rejection_sampling(
     args = [algorithm, f"run.out={out}", "run.progress=false", "run.log_every=1", "run.seed=0", "run.threads=1",
             f"model.name_or_path={task / 'base_model'}", f"prompts={task / 'ppo_prompts.jsonl'}",
             f"reward.terms=[{{name: short, judge: {judge}}}]", "rl.iterations=2", "rollout.batch_size=2",
-            "group.size=3", "rl.minibatch_size=6", "rollout.max_new_tokens=6", "rl.epochs=1"]
+            "group.size=3", "rl.minibatch_size=6", "rollout.max_new_tokens=6", "rl.epochs=1",
+            f"eval.prompts={task / 'eval_prompts.jsonl'}", "eval.max_prompts=4",
+            "eval.judge=tether.tasks.arith.judge:gold_score"]
     try:
         assert main(args) == 0
     finally:
         server.close()
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score_raw" in r]
     assert len(rows) == 2
+    # Held out, one sample per prompt: the pairwise judge cannot score it alone, so no proxy score (said once).
+    assert "eval/gold_score" in rows[-1] and "eval/proxy_score" not in rows[-1]
+    assert "eval/proxy_score is not logged: reward term short judges" in capsys.readouterr().err
     for row in rows:
         assert row["judge/short/judged"] == 2 * 3 and row["judge/short/requests"] <= 12  # 3 pairs a group, 2 orders
         assert row["judge/short/failure_rate"] == 0.0 and row["judge/short/order_disagreement"] == 0.0

@@ -42,9 +42,9 @@ def args(trained, out, *extra):
             "rl.on_invariant=error", *extra]
 
 
-@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
-def test_a_plugin_environment_with_per_turn_rewards_trains(algorithm, plugin, trained, tmp_path, capsys):
-    extra = ["critic.init=policy"] if algorithm == "ppo" else []
+@pytest.mark.parametrize("algorithm, extra", [("ppo", ["critic.init=policy"]), ("grpo", []),
+                                               ("grpo", ["group.advantage=process"])])  # turns as GRPO's steps
+def test_a_plugin_environment_with_per_turn_rewards_trains(algorithm, extra, plugin, trained, tmp_path, capsys):
     assert main([algorithm, *args(trained, tmp_path / "plan", *extra), "--dry-run"]) == 0
     assert "quiz environment: up to 3 turns" in capsys.readouterr().out
     out = tmp_path / algorithm

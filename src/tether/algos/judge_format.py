@@ -135,6 +135,18 @@ def pairwise_outcome(first: str | None, swapped: str | None) -> tuple[float | No
     return x_first, False
 
 
+def gold_agreement(outcomes: list[float], margins: list[float]) -> tuple[float | None, int]:
+    """(agreement with a gold judge, pairs it decides): ``outcomes[i]``, how much pair i's first
+    response wins for a labeller (1, 0, 0.5 for a tie or a position-biased judge); ``margins[i]``,
+    the gold score of the first minus the second. Over pairs with a nonzero margin, the mean share
+    the labeller gives gold's better response (``outcome`` if the margin is positive, else
+    ``1 - outcome``); pairs gold ties are left out, so (None, 0) when it ties them all."""
+    if len(outcomes) != len(margins):
+        raise ValueError(f"{len(outcomes)} outcomes for {len(margins)} gold margins")
+    shares = [o if m > 0 else 1.0 - o for o, m in zip(outcomes, margins) if m != 0]
+    return (sum(shares) / len(shares) if shares else None), len(shares)
+
+
 #: Built-in rubric of the pairwise judge: the answer ends "Winner: A", "Winner: B" or "Winner: tie".
 DEFAULT_PAIRWISE_RUBRIC = """You are comparing two assistant answers to the same user request.
 

@@ -29,6 +29,10 @@ def register(sub) -> None:
                         "variable, if set.")
     p.add_argument("--stats", action="store_true", help="Print agreement statistics of OUT instead of serving.")
     p.add_argument("--export", default=None, help="With --stats: write the majority-vote preference file here.")
+    p.add_argument("--gold", default=None, metavar="MODULE:FUNCTION",
+                   help="With --stats: a trusted scorer f(prompt, response) -> float (on the demo, "
+                        "tether.tasks.arith.judge:gold_score); each annotator's and judge's agreement with it is "
+                        "reported over the pairs it does not tie.")
     from tether.commands.judge_flags import add_judge_flags
 
     add_judge_flags(p)  # the judge labels every pair it has not labelled, then the command ends
@@ -47,6 +51,8 @@ def run(args) -> int:
                           "without --stats), then ask for the statistics.")
     if args.export and not args.stats:
         raise ConfigError("--export writes the majority vote of --stats: add --stats.")
+    if args.gold and not args.stats:
+        raise ConfigError("--gold compares the labels with a trusted scorer in --stats: add --stats.")
     check_outputs(args)
     store = LabelStore(load_pairs(args.pairs), Path(args.out), args.overlap)
     from tether.commands.judge_flags import judge_labeller
@@ -69,7 +75,13 @@ def run(args) -> int:
 
         from tether.feedback.stats import export_majority, format_stats, label_stats
 
-        stats = label_stats(store)
+        gold = None
+        if args.gold:
+            from tether.common.targets import import_callable
+            from tether.feedback.stats import gold_margins
+
+            gold = gold_margins(store, import_callable(args.gold, "--gold"), "--gold")
+        stats = label_stats(store, gold)
         if args.export:
             stats["export"] = {"path": args.export, **export_majority(store, args.export)}
         print(format_stats(stats))

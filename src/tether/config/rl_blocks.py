@@ -159,6 +159,12 @@ class GroupConfig:
     scale_by_std: bool = option(
         True, "GRPO: divide each group's centred rewards by their std (Shao et al. 2024); false = Dr. GRPO "
               "(Liu et al. 2025), centring only.")
+    advantage: Literal["outcome", "process"] = option(
+        "outcome", "GRPO: outcome = one advantage per response, from its total reward (Shao et al. 2024, "
+                   "outcome supervision); process = per step (process supervision, sec. 4.1.3): each turn of "
+                   "an environment's episode is a step with its turn's reward (the score on the last one), the "
+                   "rewards normalised over all steps of the group, a token's advantage the sum from its step on "
+                   "(docs/algorithms.md).")
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,43 @@ class RewardModelConfig:
 
 
 @dataclass(frozen=True)
+class PRMConfig:
+    """A process reward model: a scalar head on the SFT backbone scoring each step of a solution."""
+
+    run: RunConfig = section(RunConfig, "Run directory, seed, threads, logging.")
+    model: ModelConfig = section(ModelConfig, "Initial weights, normally the SFT checkpoint.")
+    data: DataConfig = section(DataConfig, "Step-labelled solutions: {prompt, completions: [step, ...], labels: "
+                                           "[bool, ...]} (PRM800K / Math-Shepherd's shape; 'steps' for "
+                                           "'completions').")
+    optim: OptimConfig = section(OptimConfig, "Optimiser and schedule.")
+    epochs: float = option(1.0, "Passes over the solutions.", gt=0)
+    max_steps: int | None = option(None, "Stop after this many optimiser steps (overrides epochs).", ge=1)
+    eval_every: int = option(200, "Evaluate held-out step accuracy every this many steps.", ge=1)
+    step_separator: str = option("\n", "The one token that ends a step (the solution's steps are joined by it, "
+                                        "the last ends at EOS); the PRM scores each step there, in training and "
+                                        "when it rewards a policy's responses.")
+    head_init_std: float = option(0.02, "Std of the fresh scalar head's weights.", gt=0)
+    keep_dropout: bool = option(False, "Keep the model's dropout (off by default).")
+    lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the model, its scalar head trained in full (r = 0: off).")
+    gradient_checkpointing: bool = option(
+        False, "Recompute each decoder layer's activations in the backward instead of keeping them: less "
+               "memory, ~30% more compute. Same losses and gradients.",
+    )
+    cpu: CPUConfig = section(CPUConfig, "CPU-only speedups.")
+    distributed: DistributedConfig = section(DistributedConfig, "Data parallel under torchrun.")
+    placement: PlacementConfig = section(PlacementConfig, "Where the trained model runs: this process, or a Ray "
+                                                          "cluster (role reward).")
+
+    MOVED_KEYS = SUPERVISED_MOVED_KEYS
+
+    def validate(self) -> None:
+        check_supervised(self)
+        self.placement.ray.check_roles(("reward",))  # the PRM being trained
+        if not self.step_separator:
+            raise ConfigError("Config key 'step_separator' is empty: expected the token that ends each step.")
+
+
+@dataclass(frozen=True)
 class DPOLossConfig:
     """The DPO loss (docs/algorithms.md)."""
 
@@ -364,6 +401,14 @@ class RLConfig:
                                   f"{self.samples_per_prompt} per prompt; use a group algorithm (grpo, rloo, "
                                   "online_dpo, rs) with group.size >= 2, or mode=pointwise.")
         refuse_inert(self, spec.inert_keys, f"with algorithm={self.algorithm}, which does not read it")
+        if self.group.advantage != "outcome" and not spec.process_advantages:
+            raise ConfigError(f"Config key 'group.advantage' = {self.group.advantage} is set with algorithm="
+                              f"{self.algorithm}, which does not read it (process supervision is GRPO's: its "
+                              "registry entry's process_advantages); drop the key.")
+        if self.group.advantage == "process" and not self.environment.enabled:
+            raise ConfigError("Config key 'group.advantage' = process: the steps are an environment's turns, each "
+                              "with its reward, and environment.kind is none (one step per response: process "
+                              "supervision would be outcome supervision). Set an environment, or drop the key.")
         for other in ALGORITHMS.values():  # a block only one algorithm reads
             if other.config_block and other.name != self.algorithm:
                 refuse_inert(self, [other.config_block], f"with algorithm={self.algorithm}; only {other.name} reads it")

@@ -90,7 +90,8 @@ def pareto_demo(out: Path, demo: Path, method: str, settings: list[dict], seed: 
     """Run ``method`` at every setting over ``seeds`` run seeds, measure every final policy, and write
     pareto.json / .md / .png in ``out``; returns pareto.json's data."""
     from tether.demo.compare import measure, run_methods
-    from tether.eval.seeds import aggregate_compare
+    from tether.eval.pareto import matched_kl
+    from tether.eval.seeds import aggregate_compare, over_seeds
 
     out = Path(out)
     objectives_preset(method)
@@ -113,13 +114,25 @@ def pareto_demo(out: Path, demo: Path, method: str, settings: list[dict], seed: 
         per_seed[s] = measure(out / f"seed{s}", demo, runs, s, eval_repeats)
         for label in labels:
             per_seed[s]["methods"][label]["training"] = training_tail(out / f"seed{s}" / label)
+        curves = {label: [(0.0, per_seed[s]["sft"]["gold_score"]), *eval_curve(out / f"seed{s}" / label)]
+                  for label in labels}
+        if all(len(c) > 1 for c in curves.values()):
+            target, golds = matched_kl(curves)
+            per_seed[s]["matched_kl"] = target
+            for label in labels:
+                per_seed[s]["methods"][label]["gold_at_matched_kl"] = golds[label]
         write_json(out / f"seed{s}" / "pareto.json", per_seed[s])
     data = aggregate_compare(per_seed)
     for label, setting in zip(labels, settings):
         data["methods"][label]["setting"] = setting
+        if all("matched_kl" in per_seed[s] for s in run_seeds):
+            data["methods"][label]["gold_at_matched_kl"] = over_seeds(
+                [per_seed[s]["methods"][label]["gold_at_matched_kl"] for s in run_seeds])
         data["methods"][label]["training"] = _mean_tails([per_seed[s]["methods"][label]["training"]
                                                           for s in run_seeds])
     data.update({"method": method, "objectives": [list(o) for o in OBJECTIVES], "runs": [f"seed{s}" for s in run_seeds]})
+    if all("matched_kl" in per_seed[s] for s in run_seeds):
+        data["matched_kl"] = over_seeds([per_seed[s]["matched_kl"] for s in run_seeds])
     from tether.plots.pareto import pareto_plot, pareto_table
 
     data["front"] = front_labels(data)
@@ -127,6 +140,13 @@ def pareto_demo(out: Path, demo: Path, method: str, settings: list[dict], seed: 
     pareto_plot(data, out / "pareto.png")
     (out / "pareto.md").write_text(pareto_table(data) + "\n", encoding="utf-8")
     return data
+
+
+def eval_curve(run_dir: Path) -> list[tuple[float, float]]:
+    """The run's held-out evaluations along the way (``eval.every``): (eval/kl, eval/gold_score) in
+    iteration order."""
+    return [(r["eval/kl"], r["eval/gold_score"]) for r in read_metrics(run_dir / "metrics.jsonl")
+            if "eval/kl" in r and "eval/gold_score" in r]
 
 
 def _mean_tails(tails: list[dict]) -> dict:

@@ -28,4 +28,23 @@ def pareto_front(points: Sequence[Sequence[float]], senses: Sequence[int]) -> li
             if not any(dominates(q, p, senses) for j, q in enumerate(points) if j != i)]
 
 
-__all__ = ["dominates", "pareto_front"]
+def gold_at_kl(curve: Sequence[tuple[float, float]], kl: float) -> float | None:
+    """The gold score where a run's KL first reaches ``kl``: ``curve``, (KL, gold) points in
+    training order, starting from the starting policy's (0, its gold); linear between the two
+    points that straddle ``kl``, the point's own gold at an exact hit, None when the run never gets
+    there. For comparing runs at matched KL (each run's held-out evaluations along the way)."""
+    for (k0, g0), (k1, g1) in zip(curve, curve[1:]):
+        if k0 <= kl <= k1 and k1 > k0:
+            return g0 + (g1 - g0) * (kl - k0) / (k1 - k0)
+    if curve and curve[0][0] == kl:
+        return curve[0][1]
+    return None
+
+
+def matched_kl(curves: dict[str, Sequence[tuple[float, float]]]) -> tuple[float, dict[str, float | None]]:
+    """(the KL every run reached: the smallest last KL, each run's :func:`gold_at_kl` there)."""
+    target = min(curve[-1][0] for curve in curves.values())
+    return target, {label: gold_at_kl(curve, target) for label, curve in curves.items()}
+
+
+__all__ = ["dominates", "gold_at_kl", "matched_kl", "pareto_front"]

@@ -25,7 +25,9 @@ def verdicts(store: LabelStore) -> dict[str, dict[str, str]]:
     return out
 
 
-def label_stats(store: LabelStore) -> dict:
+def label_stats(store: LabelStore, gold: dict[str, float] | None = None) -> dict:
+    """The statistics `tether label --stats` prints; ``gold``: pair_id -> a trusted scorer's score of
+    response A minus response B (:func:`gold_margins`), for each annotator's agreement with it."""
     by_pair = verdicts(store)
     annotators = sorted({who for labels in by_pair.values() for who in labels})
     result: dict = {"pairs": len(store.pairs), "pairs_labelled": len(by_pair), "annotators": {},
@@ -51,7 +53,45 @@ def label_stats(store: LabelStore) -> dict:
     judges = judge_agreement(by_pair, store)
     if judges:
         result["judges"] = judges
+    if gold is not None:
+        result["gold"] = agreement_with_gold(by_pair, gold)
     return result
+
+
+def gold_margins(store: LabelStore, scorer, key: str = "--gold") -> dict[str, float]:
+    """pair_id -> ``scorer(prompt, response_a) - scorer(prompt, response_b)`` for every pair;
+    a scorer that fails or returns no number is an error naming ``key`` and the pair."""
+    from tether.common.errors import ConfigError
+
+    out = {}
+    for pair in store.pairs:
+        scores = []
+        for response in (pair.response_a, pair.response_b):
+            try:
+                value = scorer(pair.prompt, response)
+            except Exception as err:  # the user's function: its failure, named, not a trace from here
+                raise ConfigError(f"{key}: the scorer failed on pair {pair.pair_id!r}: {type(err).__name__}: {err}") \
+                    from None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                raise ConfigError(f"{key}: the scorer returned {value!r} for pair {pair.pair_id!r}; expected a number.")
+            scores.append(float(value))
+        out[pair.pair_id] = scores[0] - scores[1]
+    return out
+
+
+def agreement_with_gold(by_pair: dict[str, dict[str, str]], gold: dict[str, float]) -> dict[str, dict]:
+    """Per annotator (people and judges): the share of their verdicts naming the response the gold
+    scorer prefers (a tie counts half), over the pairs they labelled that gold does not tie
+    (:func:`tether.algos.judge_format.gold_agreement`), and how many pairs that is."""
+    from tether.algos.judge_format import gold_agreement
+
+    outcome = {"a": 1.0, "b": 0.0, "tie": 0.5}
+    out = {}
+    for who in sorted({w for labels in by_pair.values() for w in labels}):
+        mine = [(outcome[labels[who]], gold[pid]) for pid, labels in by_pair.items() if who in labels and pid in gold]
+        rate, pairs = gold_agreement([o for o, _ in mine], [m for _, m in mine])
+        out[who] = {"agreement": rate, "pairs": pairs}
+    return out
 
 
 def judge_agreement(by_pair: dict[str, dict[str, str]], store: LabelStore) -> dict[str, dict]:
@@ -129,4 +169,7 @@ def format_stats(stats: dict) -> str:
         if j.get("consistency") is not None:
             lines.append(f"  self-consistency under the order swap: {j['consistency']:.3f} ({j['position_bias']} of "
                          f"{j['both_orders']} pairs picked the same position twice)")
+    for who, g in stats.get("gold", {}).items():
+        rate = "-" if g["agreement"] is None else f"{g['agreement']:.3f}"
+        lines.append(f"{who}: agreement with the gold scorer {rate} over {g['pairs']} pairs it does not tie")
     return "\n".join(lines)

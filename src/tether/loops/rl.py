@@ -30,8 +30,8 @@ from tether.loops.minibatch_stats import average_steps, mean_of, merge_role_step
 from tether.loops.rollout_pipeline import RolloutPipeline, sampled_stats
 from tether.loops.reward_objectives import RewardObjectives
 from tether.loops.rl_setup import (PromptSet, ScoreNormalizer, iteration_seed, kl_controller, prompt_indices,
-                                   sampling_params, score_rollout, shape_scores, with_episode_rewards,
-                                   without_truncated)
+                                   reads_dense_rewards, sampling_params, score_rollout, shape_scores,
+                                   with_episode_rewards, without_truncated)
 from tether.registry.engines import pi_old_captured
 from tether.rollout import SamplingParams, engine_settings_block, engine_spec
 from tether.rollout.episode_metrics import episode_metrics
@@ -134,7 +134,7 @@ class RLTrainer:
             raw, term_stats = score_rollout(self.reward, rollout, self.cfg, logp.device, self.objectives)
         with timer("advantages"):
             score = with_episode_rewards(shape_scores(raw, rollout.ended, self.normalize, self.cfg), rollout,
-                                         algorithm_spec(self.cfg.algorithm).dense_rewards)
+                                         reads_dense_rewards(self.cfg))
             exp, algo_stats = experience_of(self.algo, self.cfg.algorithm, rollout, logp, ref_logp, values, score,
                                             self.kl_ctl.value)  # its answer checked: (B, A) fields, a stats dict
         # The tokens the policy sampled: an episode's observation tokens have no KL, entropy or weight.

@@ -172,7 +172,13 @@ def build_evaluator(cfg: RLConfig, tokenizer, max_length: LengthLimit | None = N
                            max_length or cfg.rollout.max_prompt_length, limit=cfg.eval.max_prompts, key="eval.prompts",
                            environment=environment_class(cfg))
     judge = import_callable(cfg.eval.judge, "eval.judge") if cfg.eval.judge else None
-    return HeldOutEvaluator(held.ids, held.texts, sampling_params(cfg), cfg.run.seed, judge, held.rows)
+    relative = [t.name for t in cfg.reward.terms if t.judge.enabled and t.judge.mode != "pointwise"]
+    if relative:
+        notice(f"eval/proxy_score is not logged: reward term {', '.join(relative)} judges a prompt's responses "
+               "against each other, and the held-out evaluation samples one response per prompt (its gold score, "
+               "KL and the rest are logged).")
+    return HeldOutEvaluator(held.ids, held.texts, sampling_params(cfg), cfg.run.seed, judge, held.rows,
+                            score_with_reward=not relative)
 
 
 def iteration_seed(seed: int, iteration: int) -> int:
@@ -200,6 +206,16 @@ def without_truncated(exp: Experience) -> Experience:
     truncated = torch.tensor([record.stats.truncated for record in ro.episodes], device=ro.action_mask.device)
     mask = ro.action_mask * (~truncated).to(ro.action_mask.dtype)[:, None]
     return dataclasses.replace(exp, rollout=dataclasses.replace(ro, action_mask=mask))
+
+
+def reads_dense_rewards(cfg: RLConfig) -> bool:
+    """Whether the run's algorithm reads per-token rewards where they fall: its registry entry's
+    ``dense_rewards`` (PPO's GAE), or process supervision (``group.advantage=process`` under an
+    algorithm whose entry has ``process_advantages``: GRPO)."""
+    from tether.registry.algorithms import algorithm_spec
+
+    spec = algorithm_spec(cfg.algorithm)
+    return spec.dense_rewards or (spec.process_advantages and cfg.group.advantage == "process")
 
 
 def with_episode_rewards(score: torch.Tensor, rollout, dense: bool) -> torch.Tensor:

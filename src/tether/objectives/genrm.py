@@ -18,9 +18,11 @@ scores 0.5 and 0).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from tether.algos.judge_format import DEFAULT_PAIRWISE_RUBRIC, fill
+from tether.algos.judge_format import DEFAULT_PAIRWISE_RUBRIC, fill, gold_agreement, pairwise_outcome
 from tether.config import GenRMConfig
 from tether.common.errors import ConfigError, DataError
 from tether.data import SFTExample, collate_right, load_records, preference_examples, prompt_text, tokenize_sft
@@ -71,18 +73,28 @@ def genrm_inputs(cfg: GenRMConfig):
     config = load_model_config(cfg.model.name_or_path, "model.name_or_path", cfg.model.trust_remote_code)
     limit = data_limit(cfg, {cfg.model.name_or_path: config})
     rubric, data = rubric_of(cfg), cfg.data
-    train, counts = preference_examples(load_records(data.train, data.train_split, key="data.train"), "skip")
+    train_records = load_records(data.train, data.train_split, key="data.train")
+    train, counts = preference_examples(train_records, "skip")
     if data.max_rows:
         train = train[: data.max_rows]
     if data.eval:
-        evals, _ = preference_examples(load_records(data.eval, data.eval_split, key="data.eval"), "skip")
+        eval_records = load_records(data.eval, data.eval_split, key="data.eval")
+        evals, _ = preference_examples(eval_records, "skip")
     else:
+        eval_records = train_records
         train, evals = split_holdout(train, data.eval_size, cfg.run.seed)
     train_tok, dropped = _encode([right for right, _ in judge_examples(train, rubric, cfg.verdicts)], tokenizer, cfg, limit)
     eval_pairs = [(r, w) for r, w in judge_examples(evals, rubric, cfg.verdicts)]
     right_tok, _ = _encode([r for r, _ in eval_pairs], tokenizer, cfg, limit, keep_none=True)
     wrong_tok, _ = _encode([w for _, w in eval_pairs], tokenizer, cfg, limit, keep_none=True)
-    held = [(r, w) for r, w in zip(right_tok, wrong_tok) if r is not None and w is not None]
+    margins = gold_margins(eval_records)
+    held = HeldOut([], [] if margins is not None else None)
+    for n, ex in enumerate(evals):  # a pair is kept whole (both orders) or not at all
+        both = [(right_tok[2 * n + k], wrong_tok[2 * n + k]) for k in (0, 1)]
+        if all(r is not None and w is not None for r, w in both):
+            held.examples.extend(both)
+            if margins is not None:
+                held.gold_margins.append(margins[ex.source, ex.row])
     if not train_tok:
         raise DataError(f"'{data.train}' (data.train): no judge example fits within {limit.tokens} tokens with the "
                         "rubric; raise data.max_length or shorten the rubric.")
@@ -101,20 +113,61 @@ def _encode(examples, tokenizer, cfg, limit: LengthLimit, keep_none: bool = Fals
 
 def genrm_stage_inputs(cfg: GenRMConfig) -> StageInputs:
     tokenizer, _, train, held, counts, limit = genrm_inputs(cfg)
-    return StageInputs(tokenizer, train, [right for right, _ in held], counts, {"data.max_length": limit},
+    return StageInputs(tokenizer, train, [right for right, _ in held.examples], counts, {"data.max_length": limit},
                        extra={"held": held})
 
 
+@dataclass
+class HeldOut:
+    """Held-out judge examples: ``examples``, (right, wrong) tokenized pairs, two per preference pair
+    (chosen as A, then chosen as B); ``gold_margins``, per preference pair the gold judge's
+    ``gold_chosen - gold_rejected`` when the file carries them (a synthetic task's), else None."""
+
+    examples: list
+    gold_margins: list[float] | None
+
+    def __bool__(self) -> bool:
+        return bool(self.examples)
+
+
+def gold_margins(records) -> dict[tuple[str, int], float] | None:
+    """(source, row) -> ``gold_chosen - gold_rejected`` when every row carries both as numbers, else None."""
+    out = {}
+    for rec in records:
+        chosen, rejected = rec.data.get("gold_chosen"), rec.data.get("gold_rejected")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (chosen, rejected)):
+            return None
+        out[rec.source, rec.row] = float(chosen) - float(rejected)
+    return out
+
+
 @torch.no_grad()
-def verdict_accuracy(model, held: list, pad_id: int, batch_size: int, autocast: str = "none") -> dict:
-    """Held-out (right, wrong) example pairs -> the share whose right verdict has the higher summed
-    log-probability, and the share of preference pairs (two consecutive orders) right in both."""
-    right = _summed_logprobs(model, [r for r, _ in held], pad_id, batch_size, autocast)
-    wrong = _summed_logprobs(model, [w for _, w in held], pad_id, batch_size, autocast)
-    ok = (right > wrong).tolist()
-    pairs = [ok[i] and ok[i + 1] for i in range(0, len(ok) - 1, 2)]
-    return {"eval/verdict_accuracy": sum(ok) / max(len(ok), 1),
-            "eval/pair_accuracy": sum(pairs) / max(len(pairs), 1)}
+def verdict_accuracy(model, held: HeldOut, pad_id: int, batch_size: int, autocast: str = "none") -> dict:
+    """The held-out verdicts, teacher-forced: :func:`verdict_metrics` of which verdict is likelier."""
+    right = _summed_logprobs(model, [r for r, _ in held.examples], pad_id, batch_size, autocast)
+    wrong = _summed_logprobs(model, [w for _, w in held.examples], pad_id, batch_size, autocast)
+    return verdict_metrics((right > wrong).tolist(), held.gold_margins)
+
+
+def verdict_metrics(right: list[bool], margins: list[float] | None = None) -> dict:
+    """From whether each held-out verdict (two per pair: chosen as A, chosen as B) was right:
+    ``eval/verdict_accuracy`` (per verdict), ``eval/pair_accuracy`` (right in both orders),
+    ``eval/position_bias`` (the same position picked in both orders); with the gold judge's margins,
+    ``eval/gold_agreement`` of the judge's pair outcomes (:func:`pairwise_outcome`: position-biased
+    pairs count half) and ``eval/labels_gold_agreement``, the file's own labels', both over the pairs
+    gold does not tie (:func:`gold_agreement`)."""
+    outcomes = [pairwise_outcome("A" if right[i] else "B", "B" if right[i + 1] else "A")
+                for i in range(0, len(right) - 1, 2)]
+    out = {"eval/verdict_accuracy": sum(right) / max(len(right), 1),
+           "eval/pair_accuracy": sum(o == 1.0 for o, _ in outcomes) / max(len(outcomes), 1),
+           "eval/position_bias": sum(biased for _, biased in outcomes) / max(len(outcomes), 1)}
+    if margins is not None:
+        judged, _ = gold_agreement([o for o, _ in outcomes], margins)
+        labels, decided = gold_agreement([1.0] * len(outcomes), margins)
+        if decided:
+            out.update({"eval/gold_agreement": judged, "eval/labels_gold_agreement": labels,
+                        "eval/gold_pairs": float(decided)})
+    return out
 
 
 def _summed_logprobs(model, examples, pad_id: int, batch_size: int, autocast: str) -> torch.Tensor:
@@ -153,4 +206,4 @@ def run_genrm(cfg: GenRMConfig, resume: bool = False) -> dict:
 def plan_inputs(cfg):
     """The judge's inputs as its dry run reads them."""
     tokenizer, config, train, held, counts, _ = genrm_inputs(cfg)
-    return tokenizer, {cfg.model.name_or_path: config}, train, [right for right, _ in held], counts
+    return tokenizer, {cfg.model.name_or_path: config}, train, [right for right, _ in held.examples], counts

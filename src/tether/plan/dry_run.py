@@ -193,6 +193,8 @@ def _longest(rows) -> tuple[int, int]:
         if hasattr(row, "input_ids"):
             seq = max(seq, len(row.input_ids))
             resp = max(resp, sum(getattr(row, "loss_mask", row.input_ids)))
+        elif hasattr(row, "response_ids"):  # a PRM's step-labelled solution
+            seq, resp = max(seq, len(row.prompt_ids) + len(row.response_ids)), max(resp, len(row.response_ids))
         elif hasattr(row, "completion_ids"):  # a KTO row
             seq, resp = max(seq, len(row.prompt_ids) + len(row.completion_ids)), max(resp, len(row.completion_ids))
         else:

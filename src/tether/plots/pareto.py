@@ -73,4 +73,11 @@ def pareto_table(data: dict) -> str:
         lines.append(f"| {label} | {_cell(r.get('gold_score'))} | {_cell(r.get('gold_gain'))} | "
                      f"{_cell(r.get('spurious_rate'), '{:.3f}')} | {_cell(r.get('proxy_score'))} | "
                      f"{_cell(r.get('kl'), '{:.2f}')} | {_cell(r.get('accuracy'), '{:.3f}')} | {multipliers} | {on} |")
+    if data.get("matched_kl"):
+        kl = data["matched_kl"]
+        lines += ["", f"At matched KL ({_cell(kl, '{:.2f}')}: the smallest KL every run of a seed reached, each run's "
+                  "held-out gold interpolated along its evaluations from SFT's):", "",
+                  "| setting | gold at matched KL |", "| --- | --- |"]
+        lines += [f"| {label} | {_cell(r.get('gold_at_matched_kl'))} |" for label, r in data.get("methods", {}).items()
+                  if r.get("gold_at_matched_kl")]
     return "\n".join(lines)

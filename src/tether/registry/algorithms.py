@@ -40,6 +40,8 @@ class AlgorithmSpec:
     that ``policy_loss.ratio_level`` and ``policy_loss.aggregation`` take when left null.
     ``dense_rewards``: its ``experience`` reads ``rollout.token_rewards`` (an environment's per-turn
     rewards) where they fall; an algorithm without it gets their episode total added to the score.
+    ``process_advantages``: it reads ``group.advantage`` (process supervision: with ``process`` it
+    reads the per-turn rewards where they fall, as with ``dense_rewards``); refused under the others.
     """
 
     name: str
@@ -55,6 +57,7 @@ class AlgorithmSpec:
     config_block: str | None = None
     whole_groups: bool = False
     dense_rewards: bool = False
+    process_advantages: bool = False
     policy_loss: tuple[str, str] = ("token", "token_mean")
 
     def load(self) -> type:
@@ -124,7 +127,7 @@ register_algorithm(AlgorithmSpec(
     "grpo", "tether.algorithms.grpo:GRPO", "GRPO",
     summary="GRPO: a group of responses per prompt, the group's mean reward as baseline; no critic.",
     purpose="GRPO against a reward model (group-mean baseline, no critic)",
-    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("rl.gamma",)))
+    needs_critic=False, default_group_size=4, min_group_size=2, inert_keys=("rl.gamma",), process_advantages=True))
 register_algorithm(AlgorithmSpec(
     "rloo", "tether.algorithms.rloo:RLOO", "RLOO",
     summary="RLOO: k responses per prompt, each one's baseline the others' mean reward; no critic.",

@@ -170,6 +170,12 @@ register_stage(StageSpec(
     title="GenRM", purpose="a generative judge (a causal LM that writes 'Winner: A' or 'Winner: B' for a pair, "
     "trained on both orders of each preference pair)", card_keys=("rubric",),
     inputs="tether.objectives.genrm:plan_inputs", unit="judge examples", passes=Passes(1, "tokens")))
+register_stage(StageSpec(
+    "prm", "tether.config:PRMConfig", "tether.objectives.prm:run_prm",
+    "Train a process reward model: a scalar head scoring each step of step-labelled solutions.", "prm",
+    title="PRM", purpose="a process reward model (a scalar head read at the end of every step of a solution, "
+    "trained on step labels)", role="reward", card_keys=("step_separator",),
+    inputs="tether.objectives.prm:plan_inputs", unit="solutions", passes=Passes(1, "score")))
 register_stage(_pairs(
     "dpo", "DPO", "tether.config:DPOConfig", "tether.objectives.dpo:run_dpo",
     "DPO (or IPO): the policy trained on preference pairs directly; no reward model, no RL loop.",

@@ -10,6 +10,7 @@ import yaml
 
 from tether.config import (
     DPOConfig,
+    GenRMConfig,
     KTOConfig,
     ORPOConfig,
     RLConfig,
@@ -306,6 +307,9 @@ def _flatten(d, prefix=""):
     for k, v in d.items():
         if isinstance(v, dict) and v:
             out.update(_flatten(v, prefix + k + "."))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):  # reward.terms[i].key
+            for i, x in enumerate(v):
+                out.update(_flatten(x, f"{prefix}{k}[{i}]."))
         else:
             out[prefix + k] = v
     return out
@@ -314,7 +318,8 @@ def _flatten(d, prefix=""):
 # -- shipped presets ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "name, cls", [("sft", SFTConfig), ("rm", RewardModelConfig), ("ppo", RLConfig), ("dpo", DPOConfig),
-                  ("simpo", SimPOConfig), ("orpo", ORPOConfig), ("kto", KTOConfig)]
+                  ("simpo", SimPOConfig), ("orpo", ORPOConfig), ("kto", KTOConfig), ("genrm", GenRMConfig),
+                  ("rloo_objectives", RLConfig), ("ppo_objectives", RLConfig)]
 )
 def test_demo_presets_load(name, cls):
     cfg = load_config(cls, DEMO / f"{name}.yaml")

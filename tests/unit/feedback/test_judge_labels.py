@@ -12,7 +12,7 @@ from judge_server import FakeJudge
 
 from tether.cli import main
 from tether.feedback.judge_labels import judge_file, label_with_judge, self_consistency
-from tether.feedback.stats import label_stats
+from tether.feedback.stats import gold_margins, label_stats
 from tether.feedback.store import LabelStore, load_pairs
 
 PAIRS = [("p1", "what is 1 + 1 ?", "2", "two is the answer"), ("p2", "what is 2 + 2 ?", "4 ! 4 !", "4"),
@@ -93,6 +93,28 @@ def test_stats_give_the_judge_s_kappa_with_people_and_its_self_consistency(serve
     assert main(["label", "--pairs", str(pairs_file), "--out", str(out), "--stats"]) == 0
     text = capsys.readouterr().out
     assert "judge:judge-1: kappa with alice 1.000 (4 pairs)" in text and "self-consistency under the order swap: 0.750" in text
+
+
+def test_stats_give_everyone_s_agreement_with_a_gold_scorer(server, pairs_file, tmp_path, capsys):
+    out = tmp_path / "labels.jsonl"
+    store = LabelStore(load_pairs(pairs_file), out, overlap=3)
+    label_with_judge(_client(server), store, say=lambda _: None)  # p1 a, p2 b, p3 tie, p4 tie (position bias)
+    for who, verdicts in {"alice": {"p1": "a", "p2": "b", "p3": "tie", "p4": "tie"},
+                          "bob": {"p1": "b", "p2": "b", "p4": "tie"}}.items():
+        for pid, v in verdicts.items():
+            store.record(who, pid, {"a": "1", "b": "2", "tie": "tie"}[v], "a")
+    gold = gold_margins(store, lambda prompt, response: -len(response))  # shorter is better
+    assert gold == {"p1": 16.0, "p2": -6.0, "p3": 0.0, "p4": 3.0, "p5": 2.0}
+    stats = label_stats(store, gold)["gold"]
+    # p3 is a gold tie, left out; p1 A and p2 B are right, the tie on p4 counts half
+    assert stats["judge:judge-1"] == {"agreement": pytest.approx(2.5 / 3), "pairs": 3}
+    assert stats["alice"] == {"agreement": pytest.approx(2.5 / 3), "pairs": 3}
+    assert stats["bob"] == {"agreement": pytest.approx(1.5 / 3), "pairs": 3}
+    # a scorer that answers no number is named with the pair
+    assert main(["label", "--pairs", str(pairs_file), "--out", str(out), "--stats", "--gold", "operator:contains"]) == 2
+    assert "--gold: the scorer returned False for pair 'p1'; expected a number" in capsys.readouterr().err
+    assert main(["label", "--pairs", str(pairs_file), "--out", str(out), "--gold", "operator:sub"]) == 2
+    assert "add --stats" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra, needle", [

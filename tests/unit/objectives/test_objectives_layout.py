@@ -10,7 +10,7 @@ from pathlib import Path
 import tether.objectives
 
 OBJECTIVES = Path(tether.objectives.__file__).parent
-METHODS = ("sft", "reward_model", "genrm", "dpo", "simpo", "orpo", "kto")
+METHODS = ("sft", "reward_model", "genrm", "prm", "dpo", "simpo", "orpo", "kto")
 SHARED = ("__init__", "shared")
 
 

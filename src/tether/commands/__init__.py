@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 #: The commands that are not training stages, in the order ``tether --help`` lists them (after demo and the stages).
-TOOLS = ["eval", "compare", "pairs", "label", "iterate", "sweep", "report", "serve", "bench", "launch"]
+TOOLS = ["eval", "compare", "pairs", "label", "iterate", "sweep", "report", "serve", "bench", "launch", "warm"]
 
 
 def command_names() -> list[str]:

@@ -1,0 +1,159 @@
+"""`tether warm`: one reward model from the weight average of several (WARM, Ramé et al. 2024)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DESCRIPTION = (
+    "Average reward models fine-tuned from one initialisation (several `tether rm` runs from the same SFT model, "
+    "with different seeds or data orders) in weight space into one reward model, usable wherever a reward model "
+    "is (reward.models, --reward-model, `tether serve`). Members of another shape, tokenizer or starting point "
+    "are refused. With --eval PAIRS each member and the average are scored on held-out preference pairs "
+    "(accuracy; agreement with gold scores when the rows carry gold_chosen and gold_rejected), beside the "
+    "ensembles reward.combine makes of the members (mean, min, mean_minus_std with k = 1), and the average's "
+    "score offset is set so held-out responses score 0 on average, as `tether rm` sets its own; without, the "
+    "offset is the members' mean. Writes OUT (a reward model directory) and OUT/warm.json."
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("warm", help="Average reward models in weight space (WARM) into one.", description=DESCRIPTION)
+    p.add_argument("--models", required=True, help="Comma-separated reward model directories (at least two).")
+    p.add_argument("--out", required=True, help="Directory of the averaged reward model.")
+    p.add_argument("--eval", default=None, metavar="PAIRS",
+                   help="Held-out preference pairs (prompt, chosen, rejected) to score the members and the average on.")
+    p.add_argument("--batch-size", type=int, default=64, help="Pairs scored at once with --eval (default 64).")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's).")
+
+
+def run(args) -> int:
+    import json
+
+    from tether.common.errors import ConfigError
+    from tether.common.outputs import check_output_dir
+    from tether.models.averaging import check_members
+
+    members = [Path(m.strip()) for m in args.models.split(",") if m.strip()]
+    check_output_dir(args.out, "--out")
+    if Path(args.out).resolve() in {m.resolve() for m in members}:
+        raise ConfigError("--out is one of --models; write the average elsewhere.")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1, got {args.batch_size}.")
+    check_members(members)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    model, tokenizer, offsets = averaged(members)
+    report = {"members": [str(m) for m in members], "member_offsets": offsets}
+    if args.eval:
+        report["eval"] = evaluate(members, model, tokenizer, args.eval, args.batch_size)
+        offset = report["eval"]["average"]["score_mean"]
+    else:
+        offset = sum(offsets) / len(offsets)
+    model.config.score_offset = offset
+    model.config.warm_members = report["members"]
+    report["score_offset"] = offset
+    save(Path(args.out), model, tokenizer, report)
+    print(table(report))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def averaged(members: list[Path]):
+    """(the first member's model carrying the mean of every member's weights, its tokenizer, each
+    member's score offset); members are loaded one at a time."""
+    from tether.models import load_scalar_model, load_tokenizer
+    from tether.models.averaging import average_state_dicts
+
+    tokenizer = load_tokenizer(str(members[0]), key="--models")
+    offsets = []
+
+    def states():
+        for m in members:
+            model = load_scalar_model(str(m), tokenizer, key="--models")
+            offsets.append(float(getattr(model.config, "score_offset", 0.0) or 0.0))
+            yield model.state_dict()
+
+    mean = average_state_dicts(states(), [str(m) for m in members])
+    model = load_scalar_model(str(members[0]), tokenizer, key="--models")
+    model.load_state_dict(mean)
+    return model.eval(), tokenizer, offsets
+
+
+def evaluate(members: list[Path], model, tokenizer, pairs_path: str, batch_size: int) -> dict:
+    """Each member's and the average's held-out accuracy, mean margin and mean raw score (and
+    agreement with gold where every row carries gold scores)."""
+    import torch
+
+    from tether.algos.judge_format import gold_agreement
+    from tether.data import load_records, preference_examples, tokenize_preference
+    from tether.models import load_scalar_model
+    from tether.roles.reward import combine_scores
+
+    records = load_records(pairs_path, key="--eval")
+    examples, _ = preference_examples(records, "skip")
+    context = getattr(model.config, "max_position_embeddings", None) or 1 << 30
+    kept = [(ex, tokenize_preference(ex, tokenizer, context, "auto", "truncate")) for ex in examples]
+    kept = [(ex, t) for ex, t in kept if t is not None]
+    by_row = {(r.source, r.row): r.data for r in records}
+    gold = [by_row[ex.source, ex.row].get("gold_chosen") for ex, _ in kept], \
+        [by_row[ex.source, ex.row].get("gold_rejected") for ex, _ in kept]
+    margins = [c - r for c, r in zip(*gold)] if all(isinstance(v, (int, float)) for v in gold[0] + gold[1]) else None
+    pairs = [t for _, t in kept]
+    out, each = {}, []
+
+    def entry(c, r) -> dict:
+        e = {"accuracy": float((c > r).float().mean()), "margin": float((c - r).mean()),
+             "score_mean": float(((c + r) / 2).mean()), "pairs": len(pairs)}
+        if margins is not None:
+            e["gold_agreement"], e["gold_pairs"] = gold_agreement([float(x) for x in (c > r)], margins)
+        return e
+
+    for m in members:
+        member = load_scalar_model(str(m), tokenizer, key="--models").eval()
+        offset = float(getattr(member.config, "score_offset", 0.0) or 0.0)
+        c, r = pair_scores_all(member, pairs, tokenizer.pad_token_id, batch_size)
+        out[str(m)] = entry(c, r)
+        each.append((c - offset, r - offset))  # as the reward role scores: the member's offset subtracted
+    out["average"] = entry(*pair_scores_all(model, pairs, tokenizer.pad_token_id, batch_size))
+    chosen, rejected = torch.stack([c for c, _ in each]), torch.stack([r for _, r in each])
+    for how in ("mean", "min", "mean_minus_std"):  # the ensembles reward.combine would make of the members
+        out[f"ensemble {how}"] = entry(combine_scores(chosen, how), combine_scores(rejected, how))
+    return out
+
+
+def pair_scores_all(model, pairs, pad_id: int, batch_size: int):
+    import torch
+
+    from tether.objectives.reward_model import pair_scores
+
+    chosen, rejected = [], []
+    with torch.no_grad():
+        for start in range(0, len(pairs), batch_size):
+            c, r = pair_scores(model, pairs[start:start + batch_size], pad_id)
+            chosen.append(c.float().cpu())
+            rejected.append(r.float().cpu())
+    return torch.cat(chosen), torch.cat(rejected)
+
+
+def save(out: Path, model, tokenizer, report: dict) -> None:
+    from tether.loops.common import save_final
+    from tether.runs import write_json
+
+    card = ("# A weight-averaged reward model (WARM)\n\nThe element-wise mean of the weights of "
+            f"{len(report['members'])} reward models fine-tuned from one initialisation (Ramé et al. 2024): "
+            + ", ".join(f"`{m}`" for m in report["members"]) + f". Score offset {report['score_offset']:.6g} "
+            "(subtracted from every score). Written by `tether warm`; numbers in warm.json.\n")
+    out.mkdir(parents=True, exist_ok=True)
+    save_final(out, model, tokenizer, card=card)
+    write_json(out / "warm.json", report)
+
+
+def table(report: dict) -> str:
+    lines = [f"tether warm: {len(report['members'])} reward models averaged; score offset "
+             f"{report['score_offset']:.4f}"]
+    for name, e in report.get("eval", {}).items():
+        gold = f", gold agreement {e['gold_agreement']:.3f}" if e.get("gold_agreement") is not None else ""
+        lines.append(f"  {name}: accuracy {e['accuracy']:.3f}, margin {e['margin']:+.3f}{gold} ({e['pairs']} pairs)")
+    return "\n".join(lines)

@@ -124,16 +124,21 @@ def evaluate(members: list[Path], model, tokenizer, pairs_path: str, batch_size:
 
 
 def pair_scores_all(model, pairs, pad_id: int, batch_size: int):
+    """(chosen, rejected) raw scores (N,), (N,) of tokenized pairs, ``batch_size`` pairs a forward."""
     import torch
 
-    from tether.objectives.reward_model import pair_scores
+    from tether.data import collate_right
+    from tether.models.forward import last_token_scores
 
     chosen, rejected = [], []
     with torch.no_grad():
         for start in range(0, len(pairs), batch_size):
-            c, r = pair_scores(model, pairs[start:start + batch_size], pad_id)
-            chosen.append(c.float().cpu())
-            rejected.append(r.float().cpu())
+            chunk = pairs[start:start + batch_size]
+            seqs = [p.prompt_ids + p.chosen_ids for p in chunk] + [p.prompt_ids + p.rejected_ids for p in chunk]
+            batch = collate_right(seqs, pad_id)
+            scores = last_token_scores(model, batch["input_ids"], batch["attention_mask"]).float().cpu()
+            chosen.append(scores[:len(chunk)])
+            rejected.append(scores[len(chunk):])
     return torch.cat(chosen), torch.cat(rejected)
 
 

@@ -22,10 +22,11 @@ pytestmark = pytest.mark.slow
 
 def test_three_reward_models_averaged_into_one(trained, tmp_path, capsys):
     task, sft = trained["task"], trained["sft"]
-    members = [trained["rm"]]
-    for seed in (1, 2):
+    members = []
+    for seed in (0, 1, 2):  # one head initialisation, three data orders
         out = tmp_path / f"rm{seed}"
-        run_reward_model(load_config(RewardModelConfig, None, rm_overrides(task, sft, out, f"run.seed={seed}")))
+        run_reward_model(load_config(RewardModelConfig, None, rm_overrides(task, sft, out, f"run.seed={seed}",
+                                                                           "head_seed=7")))
         members.append(out)
     warm = tmp_path / "warm"
     assert main(["warm", "--models", ",".join(map(str, members)), "--out", str(warm),
@@ -63,3 +64,8 @@ def test_members_from_other_starting_points_are_refused(trained, tmp_path, capsy
     assert "is not a reward model" in capsys.readouterr().err
     assert main(["warm", "--models", str(trained["rm"]), "--out", str(out)]) == 2
     assert "at least two reward models" in capsys.readouterr().err
+    reseeded = tmp_path / "rm-seed1"  # the same start, but a head drawn after another run.seed
+    run_reward_model(load_config(RewardModelConfig, None, rm_overrides(task, trained["sft"], reseeded, "max_steps=2",
+                                                                       "run.seed=1")))
+    assert main(["warm", "--models", f"{trained['rm']},{reseeded}", "--out", str(out)]) == 2
+    assert "initialised from run.seed 1" in capsys.readouterr().err and not out.exists()

@@ -127,6 +127,9 @@ class RewardModelConfig:
         True, "Store an offset so held-out responses score 0 on average (fixes the gauge)."
     )
     head_init_std: float = option(0.02, "Std of the fresh scalar head's weights.", gt=0)
+    head_seed: int | None = option(None, "Seed of the fresh head's initialisation; null = drawn after run.seed. "
+                                         "Reward models to average with `tether warm` share one head_seed (one "
+                                         "initialisation) and differ in run.seed (their data order).")
     keep_dropout: bool = option(False, "Keep the model's dropout (off by default).")
     lora: LoRAConfig = section(LoRAConfig, "LoRA adapters on the model, its scalar head trained in full (r = 0: off).")
     gradient_checkpointing: bool = option(

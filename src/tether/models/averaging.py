@@ -60,24 +60,36 @@ def average_state_dicts(states, names: list[str] | None = None) -> dict:
     return {k: (v / count).to(first[1][k][1]) if v.is_floating_point() else v for k, v in total.items()}
 
 
+def run_config(member: Path) -> dict | None:
+    """A tether reward model's run config (its ``config.yaml``), or None without one."""
+    path = member / "config.yaml"
+    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else None
+
+
 def starting_weights(member: Path) -> str | None:
     """Where a tether reward model's training started (``model.name_or_path`` in its run's
     ``config.yaml``, resolved against the ``workdir`` it records), or None without one."""
-    path = member / "config.yaml"
-    if not path.is_file():
-        return None
-    cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    start = (cfg.get("model") or {}).get("name_or_path")
+    cfg = run_config(member)
+    start = ((cfg or {}).get("model") or {}).get("name_or_path")
     if not start:
         return None
     local = Path(cfg.get("workdir") or ".") / start
     return str(local.resolve()) if local.exists() else str(start)
 
 
+def head_init(member: Path) -> str:
+    """What a reward model's fresh head was drawn from: ``head_seed N``, or ``run.seed N`` when
+    no head_seed was set (the head is then drawn from the run's seeded generator)."""
+    cfg = run_config(member) or {}
+    if cfg.get("head_seed") is not None:
+        return f"head_seed {cfg['head_seed']}"
+    return f"run.seed {(cfg.get('run') or {}).get('seed')}"
+
+
 def check_members(members: list[Path]) -> None:
     """ConfigError unless the members can be averaged: at least two, each a scalar-head reward
-    model directory, the same config.json (but :data:`FREE_KEYS`), the same tokenizer files, and
-    the same starting weights by their tether run's config.yaml."""
+    model directory, the same config.json (but :data:`FREE_KEYS`), the same tokenizer files, the
+    same starting weights and the same head initialisation by their tether run's config.yaml."""
     if len(members) < 2:
         raise ConfigError(f"--models: WARM averages at least two reward models, got {len(members)}.")
     configs = []
@@ -108,6 +120,12 @@ def check_members(members: list[Path]) -> None:
         if start is None:
             raise ConfigError(f"--models: where '{m}' started from is unknown (no config.yaml of a `tether rm` run "
                               "beside it); WARM averages reward models fine-tuned from one initialisation.")
+    heads = [head_init(m) for m in members]
+    for m, head in zip(members[1:], heads[1:]):
+        if head != heads[0]:
+            raise ConfigError(f"--models: '{m}''s scalar head was initialised from {head}, '{members[0]}''s from "
+                              f"{heads[0]}; WARM's members share one initialisation, the head's included: train "
+                              "them with one head_seed and different run.seed (tether rm head_seed=0 run.seed=S).")
     for m, start in zip(members[1:], starts[1:]):
         if start != starts[0]:
             raise ConfigError(f"--models: '{m}' was fine-tuned from {start}, '{members[0]}' from {starts[0]}; WARM "

@@ -309,12 +309,14 @@ def load_scalar_model(
     key: str | None = None,
     meta: bool = False,
     attn_implementation: str = "sdpa",
+    head_seed: int | None = None,
 ):
     """``AutoModelForSequenceClassification(num_labels=1)``: a reward model or critic.
 
     A checkpoint without a scalar head (a causal LM) gets a fresh one only with ``new_head``
     (the reward-model stage, a critic started from the policy), initialised with
-    ``head_init_std`` when given; otherwise that is a :class:`ModelError`, because a reward
+    ``head_init_std`` when given (drawn from a generator seeded with ``head_seed`` when given,
+    else from torch's global one); otherwise that is a :class:`ModelError`, because a reward
     model or critic with a random head scores at random. A trained head is kept as it is.
     ``meta``, ``attn_implementation``: as :func:`load_causal_lm`'s.
     """
@@ -350,8 +352,9 @@ def load_scalar_model(
             "(an AutoModelForSequenceClassification checkpoint with num_labels=1)."
         )
     if fresh_head and head_init_std is not None:
+        generator = None if head_seed is None else torch.Generator(device=head.weight.device).manual_seed(head_seed)
         with torch.no_grad():
-            head.weight.normal_(0.0, head_init_std)
+            head.weight.normal_(0.0, head_init_std, generator=generator)
     _fit_vocab(model, tokenizer)
     if not keep_dropout:
         disable_dropout(model)

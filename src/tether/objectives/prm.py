@@ -139,7 +139,7 @@ def build_prm_roles(cfg: PRMConfig, checkpoint=None, needed=(), inputs: StageInp
     source, key = resume_source(cfg, checkpoint)
     model = load_scalar_model(source, tokenizer, cfg.model.dtype, cfg.keep_dropout, head_init_std=cfg.head_init_std,
                               new_head=key is not None, trust_remote_code=cfg.model.trust_remote_code, key=key,
-                              attn_implementation=cfg.model.attn_implementation)
+                              attn_implementation=cfg.model.attn_implementation, head_seed=cfg.head_seed)
     engine = build_trained(model, optimizer_spec(cfg.optim, total_steps), engine_settings(cfg.run, cfg.model, cfg.cpu),
                            lora=cfg.lora, adapter=resume_adapter(cfg, checkpoint),
                            checkpointing=cfg.gradient_checkpointing, scalar=True, strategy=cfg.distributed.strategy)

@@ -31,13 +31,16 @@ def pareto_front(points: Sequence[Sequence[float]], senses: Sequence[int]) -> li
 def gold_at_kl(curve: Sequence[tuple[float, float]], kl: float) -> float | None:
     """The gold score where a run's KL first reaches ``kl``: ``curve``, (KL, gold) points in
     training order, starting from the starting policy's (0, its gold); linear between the two
-    points that straddle ``kl``, the point's own gold at an exact hit, None when the run never gets
-    there. For comparing runs at matched KL (each run's held-out evaluations along the way)."""
+    consecutive points that straddle ``kl`` (in either direction: a sampled KL estimate can dip,
+    even below 0), the point's own gold at an exact hit, None when the run never gets there. For
+    comparing runs at matched KL (each run's held-out evaluations along the way)."""
     for (k0, g0), (k1, g1) in zip(curve, curve[1:]):
-        if k0 <= kl <= k1 and k1 > k0:
+        if k0 == kl:
+            return g0
+        if min(k0, k1) <= kl <= max(k0, k1):
             return g0 + (g1 - g0) * (kl - k0) / (k1 - k0)
-    if curve and curve[0][0] == kl:
-        return curve[0][1]
+    if curve and curve[-1][0] == kl:
+        return curve[-1][1]
     return None
 
 

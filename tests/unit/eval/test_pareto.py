@@ -34,6 +34,8 @@ def test_gold_at_kl_interpolates_where_the_run_first_reaches_it():
     assert gold_at_kl(curve, 1.0) == pytest.approx(0.2)
     assert gold_at_kl(curve, 0.5) == pytest.approx(0.1) and gold_at_kl(curve, 0.0) == -0.3
     assert gold_at_kl(curve, 2.0) is None and gold_at_kl([], 0.1) is None
+    assert gold_at_kl([(0.0, -0.3), (-0.02, -0.1)], -0.01) == pytest.approx(-0.2)  # a sampled KL below 0
+    assert gold_at_kl([(0.0, -0.3), (0.4, 0.1)], 0.4) == pytest.approx(0.1)
     target, golds = matched_kl({"a": curve, "b": [(0.0, -0.3), (0.4, 0.5), (0.8, 0.9)]})
     assert target == 0.8  # b ends at 0.8; a reached it between 0.5 and 1.5
     assert golds == {"a": pytest.approx(0.16), "b": pytest.approx(0.9)}

@@ -44,10 +44,14 @@ def run(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    model, tokenizer, offsets = averaged(members)
+    from tether.models import load_tokenizer
+
+    tokenizer = load_tokenizer(str(members[0]), key="--models")
+    held = held_out_pairs(args.eval, tokenizer, members[0]) if args.eval else None
+    model, offsets, member_scores = averaged(members, tokenizer, held, args.batch_size)
     report = {"members": [str(m) for m in members], "member_offsets": offsets}
-    if args.eval:
-        report["eval"] = evaluate(members, model, tokenizer, args.eval, args.batch_size)
+    if held is not None:
+        report["eval"] = evaluate(members, model, tokenizer, held, member_scores, offsets, args.batch_size)
         offset = report["eval"]["average"]["score_mean"]
     else:
         offset = sum(offsets) / len(offsets)
@@ -60,48 +64,56 @@ def run(args) -> int:
     return 0
 
 
-def averaged(members: list[Path]):
-    """(the first member's model carrying the mean of every member's weights, its tokenizer, each
-    member's score offset); members are loaded one at a time."""
-    from tether.models import load_scalar_model, load_tokenizer
+def held_out_pairs(path: str, tokenizer, first: Path) -> tuple[list, list[float] | None]:
+    """(the tokenized held-out pairs that fit the members' context, their gold margins chosen −
+    rejected where every row carries gold scores, else None)."""
+    from tether.data import load_records, preference_examples, tokenize_preference
+    from tether.data.records import gold_margins
+    from tether.models.loading import load_model_config
+
+    records = load_records(path, key="--eval")
+    examples, _ = preference_examples(records, "skip")
+    context = getattr(load_model_config(str(first), "--models"), "max_position_embeddings", None) or 1 << 30
+    kept = [(ex, tokenize_preference(ex, tokenizer, context, "auto", "truncate")) for ex in examples]
+    kept = [(ex, t) for ex, t in kept if t is not None]
+    margins = gold_margins(records)
+    return [t for _, t in kept], None if margins is None else [margins[ex.source, ex.row] for ex, _ in kept]
+
+
+def averaged(members: list[Path], tokenizer, held, batch_size: int):
+    """(a model carrying the mean of every member's weights, each member's score offset, each
+    member's raw (chosen, rejected) scores on ``held``'s pairs, or [] without); each member is
+    loaded once, scored while loaded, and the last one's model object takes the average."""
+    from tether.models import load_scalar_model
     from tether.models.averaging import average_state_dicts
 
-    tokenizer = load_tokenizer(str(members[0]), key="--models")
-    offsets = []
+    offsets, scores, last = [], [], []
 
     def states():
         for m in members:
-            model = load_scalar_model(str(m), tokenizer, key="--models")
+            model = load_scalar_model(str(m), tokenizer, key="--models").eval()
             offsets.append(float(getattr(model.config, "score_offset", 0.0) or 0.0))
+            if held is not None:
+                scores.append(pair_scores_all(model, held[0], tokenizer.pad_token_id, batch_size))
+            last[:] = [model]
             yield model.state_dict()
 
     mean = average_state_dicts(states(), [str(m) for m in members])
-    model = load_scalar_model(str(members[0]), tokenizer, key="--models")
+    model = last[0]
     model.load_state_dict(mean)
-    return model.eval(), tokenizer, offsets
+    return model, offsets, scores
 
 
-def evaluate(members: list[Path], model, tokenizer, pairs_path: str, batch_size: int) -> dict:
+def evaluate(members: list[Path], model, tokenizer, held, member_scores: list, offsets: list[float],
+             batch_size: int) -> dict:
     """Each member's and the average's held-out accuracy, mean margin and mean raw score (and
-    agreement with gold where every row carries gold scores)."""
+    agreement with gold where every row carries gold scores), beside the ensembles of the members."""
     import torch
 
     from tether.algos.judge_format import gold_agreement
-    from tether.data import load_records, preference_examples, tokenize_preference
-    from tether.models import load_scalar_model
     from tether.roles.reward import combine_scores
 
-    records = load_records(pairs_path, key="--eval")
-    examples, _ = preference_examples(records, "skip")
-    context = getattr(model.config, "max_position_embeddings", None) or 1 << 30
-    kept = [(ex, tokenize_preference(ex, tokenizer, context, "auto", "truncate")) for ex in examples]
-    kept = [(ex, t) for ex, t in kept if t is not None]
-    by_row = {(r.source, r.row): r.data for r in records}
-    gold = [by_row[ex.source, ex.row].get("gold_chosen") for ex, _ in kept], \
-        [by_row[ex.source, ex.row].get("gold_rejected") for ex, _ in kept]
-    margins = [c - r for c, r in zip(*gold)] if all(isinstance(v, (int, float)) for v in gold[0] + gold[1]) else None
-    pairs = [t for _, t in kept]
-    out, each = {}, []
+    pairs, margins = held
 
     def entry(c, r) -> dict:
         e = {"accuracy": float((c > r).float().mean()), "margin": float((c - r).mean()),
@@ -110,15 +122,12 @@ def evaluate(members: list[Path], model, tokenizer, pairs_path: str, batch_size:
             e["gold_agreement"], e["gold_pairs"] = gold_agreement([float(x) for x in (c > r)], margins)
         return e
 
-    for m in members:
-        member = load_scalar_model(str(m), tokenizer, key="--models").eval()
-        offset = float(getattr(member.config, "score_offset", 0.0) or 0.0)
-        c, r = pair_scores_all(member, pairs, tokenizer.pad_token_id, batch_size)
-        out[str(m)] = entry(c, r)
-        each.append((c - offset, r - offset))  # as the reward role scores: the member's offset subtracted
+    out = {str(m): entry(c, r) for m, (c, r) in zip(members, member_scores)}
     out["average"] = entry(*pair_scores_all(model, pairs, tokenizer.pad_token_id, batch_size))
-    chosen, rejected = torch.stack([c for c, _ in each]), torch.stack([r for _, r in each])
-    for how in ("mean", "min", "mean_minus_std"):  # the ensembles reward.combine would make of the members
+    # The ensembles reward.combine would make of the members, each member's offset subtracted as the reward role does.
+    chosen = torch.stack([c - o for (c, _), o in zip(member_scores, offsets)])
+    rejected = torch.stack([r - o for (_, r), o in zip(member_scores, offsets)])
+    for how in ("mean", "min", "mean_minus_std"):
         out[f"ensemble {how}"] = entry(combine_scores(chosen, how), combine_scores(rejected, how))
     return out
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tether.common.errors import DataError, one_line
 
-__all__ = ["Record", "load_records"]
+__all__ = ["Record", "gold_margins", "load_records"]
 
 _LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 # Names that look like files; such a name that does not exist is "no such file", not a hub id.
@@ -258,3 +258,15 @@ def _load_hub(src: str, split: str, label: str | None = None) -> list[Record]:
             f"{network} check the name, the split, and the network (or pass a local .jsonl, .json or .parquet file)"
         ) from None
     return [Record(r, label, i + 1) for i, r in enumerate(rows)]
+
+
+def gold_margins(records) -> dict[tuple[str, int], float] | None:
+    """(source, row) -> ``gold_chosen - gold_rejected`` when every preference row carries both as
+    numbers (a synthetic task's gold judge), else None."""
+    out = {}
+    for rec in records:
+        chosen, rejected = rec.data.get("gold_chosen"), rec.data.get("gold_rejected")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (chosen, rejected)):
+            return None
+        out[rec.source, rec.row] = float(chosen) - float(rejected)
+    return out

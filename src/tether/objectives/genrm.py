@@ -26,6 +26,7 @@ from tether.algos.judge_format import DEFAULT_PAIRWISE_RUBRIC, fill, gold_agreem
 from tether.config import GenRMConfig
 from tether.common.errors import ConfigError, DataError
 from tether.data import SFTExample, collate_right, load_records, preference_examples, prompt_text, tokenize_sft
+from tether.data.records import gold_margins
 from tether.loops.common import LengthLimit, data_limit, notice
 from tether.loops.stage import StageBody, StageInputs, run_stage
 from tether.models import load_tokenizer
@@ -128,17 +129,6 @@ class HeldOut:
 
     def __bool__(self) -> bool:
         return bool(self.examples)
-
-
-def gold_margins(records) -> dict[tuple[str, int], float] | None:
-    """(source, row) -> ``gold_chosen - gold_rejected`` when every row carries both as numbers, else None."""
-    out = {}
-    for rec in records:
-        chosen, rejected = rec.data.get("gold_chosen"), rec.data.get("gold_rejected")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (chosen, rejected)):
-            return None
-        out[rec.source, rec.row] = float(chosen) - float(rejected)
-    return out
 
 
 @torch.no_grad()

@@ -6,7 +6,8 @@ import pytest
 
 from tether.algos.judge_format import gold_agreement
 from tether.data import Record
-from tether.objectives.genrm import gold_margins, verdict_metrics
+from tether.data.records import gold_margins
+from tether.objectives.genrm import verdict_metrics
 
 
 def test_verdict_metrics_pair_up_the_two_orders():

@@ -227,8 +227,12 @@ def rl_config(name: str, *extra: str):
 
     spec = ALGORITHMS[name]
     group = 1 if spec.needs_critic else max(2, spec.min_group_size)
-    terms = [t for t in ("kl.placement=loss", "rl.entropy_coef=0.01") if t.split("=")[0] not in spec.inert_keys]
-    return load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.models=[r]", f"algorithm={name}",
+    def read(key: str) -> bool:  # neither the key nor its block is one the algorithm never reads
+        return key not in spec.inert_keys and key.split(".")[0] not in spec.inert_keys
+
+    terms = [t for t in ("kl.placement=loss", "rl.entropy_coef=0.01") if read(t.split("=")[0])]
+    source = "reward.models=[r]" if spec.needs_reward else "reference=teacher"  # distill learns from a teacher
+    return load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", source, f"algorithm={name}",
                                          f"group.size={group}", *terms, *extra])
 
 

@@ -63,14 +63,14 @@ class RewardSourceConfig:
         if self.terms:
             self._check_terms(given)
             return
-        if not given:
-            raise ConfigError(
-                "Config block 'reward' needs 'reward.models' (checkpoints), 'reward.callable', 'reward.url' or "
-                "'reward.terms' (a composed reward)."
-            )
         if len(given) > 1:
             raise ConfigError(f"Config block 'reward': set one of 'reward.models', 'reward.callable' or "
                               f"'reward.url', not {' and '.join(repr(g) for g in given)}.")
+
+    @property
+    def has_source(self) -> bool:
+        """Whether a source is set (an algorithm that needs a reward refuses the block without one)."""
+        return bool(self.models or self.callable or self.url or self.terms)
 
     def _check_terms(self, given: list[str]) -> None:
         if given:

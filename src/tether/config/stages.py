@@ -29,6 +29,8 @@ from tether.config.placement import ROLES as RL_ROLES
 from tether.config.placement import PlacementConfig
 from tether.config.environment import EnvironmentConfig, check_environment
 from tether.config.rollout import RolloutConfig, check_is_correction, check_max_staleness
+from tether.config.distill import DistillConfig
+from tether.common.targets import import_callable
 from tether.config.scalar_stages import (SUPERVISED_MOVED_KEYS, PRMConfig,  # noqa: F401 (re-exported)
                                          RewardModelConfig, ScalarHeadStageConfig)
 from tether.config.rl_blocks import (
@@ -219,6 +221,8 @@ class RLConfig:
     group: GroupConfig = section(GroupConfig, "Responses per prompt (grpo, rloo).")
     policy_loss: PolicyLossConfig = section(PolicyLossConfig, "The critic-free algorithms' actor loss.")
     selection: SelectionConfig = section(SelectionConfig, "Rejection sampling's winners of each group.")
+    distill: DistillConfig = section(DistillConfig, "On-policy distillation's divergence and teacher endpoint "
+                                                    "(algorithm=distill; its teacher is otherwise `reference`).")
     rollout: RolloutConfig = section(RolloutConfig, "Sampling.")
     environment: EnvironmentConfig = section(EnvironmentConfig, "Multi-turn episodes: an environment answers each "
                                                                 "turn (tools, follow-up user turns).")
@@ -305,9 +309,16 @@ class RLConfig:
         if self.critic.shared_trunk and self.critic.lora.enabled:
             raise ConfigError("Config block 'critic.lora': a shared-trunk critic (critic.shared_trunk=true) is a value "
                               "head on the actor; put the adapters on the actor (lora.*) instead.")
+        spec = algorithm_spec(self.algorithm)
+        if spec.needs_reward and not self.reward.has_source:
+            raise ConfigError(
+                "Config block 'reward' needs 'reward.models' (checkpoints), 'reward.callable', 'reward.url' or "
+                "'reward.terms' (a composed reward)."
+            )
+        if not spec.needs_reward:  # the whole block: its sources, and what shapes their score
+            refuse_inert(self, ["reward"], f"with algorithm={self.algorithm}, which is trained without a reward")
         if not self.prompts:
             raise ConfigError("Config key 'prompts' is empty: expected a prompt file or dataset.")
-        spec = algorithm_spec(self.algorithm)
         if self.samples_per_prompt < spec.min_group_size:
             raise ConfigError(
                 f"Config key 'group.size' = {self.group.size}: {self.algorithm} compares responses to the same "
@@ -320,6 +331,8 @@ class RLConfig:
                                   f"{self.samples_per_prompt} per prompt; use a group algorithm (grpo, rloo, "
                                   "online_dpo, rs) with group.size >= 2, or mode=pointwise.")
         refuse_inert(self, spec.inert_keys, f"with algorithm={self.algorithm}, which does not read it")
+        if spec.config_check is not None:  # the algorithm's own rules (distill: its teacher)
+            import_callable(spec.config_check, f"the algorithm {spec.name!r}'s config check")(self)
         if self.group.advantage != "outcome" and not spec.process_advantages:
             raise ConfigError(f"Config key 'group.advantage' = {self.group.advantage} is set with algorithm="
                               f"{self.algorithm}, which does not read it (process supervision is GRPO's: its "

@@ -29,9 +29,11 @@ SNAPSHOTS = 4  # a preference method's checkpoints evaluated along the way (its 
 
 
 def rl_methods() -> tuple[str, ...]:
-    """The RL algorithms ``tether compare`` can run: every registered one (plugins included)."""
+    """The RL algorithms ``tether compare`` can run: every registered one that learns from a reward
+    (plugins included), each from the demo's SFT and reward model. On-policy distillation learns from
+    a teacher instead (benchmarks/distill_demo.py measures it)."""
     load_plugins()
-    return tuple(ALGORITHMS)
+    return tuple(name for name, spec in ALGORITHMS.items() if spec.needs_reward)
 
 
 def preference_methods() -> tuple[str, ...]:

@@ -67,6 +67,9 @@ from pathlib import Path
 from typing import Any
 
 from tether.config.health import EARLY_RULES, LEVELS, RULES, HealthConfig
+
+#: The rules that read the KL to the reference as a leash (skipped where it is the objective).
+KL_RULES = ("kl_catastrophic", "kl_drifting", "kl_barely_moved")
 from tether.eval.health_fixes import FIXES
 
 #: The metric each rule reads (names logged by ``loops/rl.py`` and the algorithms).
@@ -185,8 +188,12 @@ class HealthMonitor:
     (default: stderr; pass ``tqdm.write``/``bar.write`` under a progress bar, or ``None`` for silence).
     """
 
-    def __init__(self, cfg: HealthConfig | None = None, echo: Callable[[str], None] | None = _stderr):
+    def __init__(self, cfg: HealthConfig | None = None, echo: Callable[[str], None] | None = _stderr,
+                 kl_leash: bool = True):
         self.cfg = cfg if cfg is not None else HealthConfig()
+        # False: the KL to the reference is no leash but the objective (on-policy distillation's
+        # teacher), and the KL rules, whose bands and fixes are a leash's, are not judged.
+        self.skipped = () if kl_leash else KL_RULES
         self.echo = echo
         self.alarms: list[Alarm] = []
         self.stop_reason: str | None = None
@@ -216,6 +223,8 @@ class HealthMonitor:
         self._record(metrics)
         new: list[Alarm] = []
         for name in RULES if iteration > self.cfg.warmup_iters else EARLY_RULES:
+            if name in self.skipped:
+                continue
             result = getattr(self, f"_rule_{name}")(iteration)
             alarm = self._transition(name, iteration, result)
             if alarm is not None:

@@ -48,7 +48,10 @@ class RLTrainer:
         self.actor, self.reference, self.reward, self.rollout = (
             role(placement, name) for name in ("actor", "reference", "reward", "rollout"))
         self.critic = role(placement, "critic") if cfg.needs_critic else None
-        self.whole_groups = algorithm_spec(cfg.algorithm).whole_groups  # the update shuffles whole groups
+        spec = algorithm_spec(cfg.algorithm)
+        self.whole_groups = spec.whole_groups  # the update shuffles whole groups
+        if not spec.needs_reward:  # on-policy distillation: the teacher (reference) is the signal
+            self.reward = None
         # A shared-trunk critic trains inside the actor's update: nothing to run beside it.
         self.critic_trains = self.critic is not None and self.critic.trains_alone()
         self.sampling = sampling_params(cfg)
@@ -133,8 +136,8 @@ class RLTrainer:
         with timer("reward"):
             raw, term_stats = score_rollout(self.reward, rollout, self.cfg, logp.device, self.objectives)
         with timer("advantages"):
-            score = with_episode_rewards(shape_scores(raw, rollout.ended, self.normalize, self.cfg), rollout,
-                                         reads_dense_rewards(self.cfg))
+            score = raw if self.reward is None else with_episode_rewards(
+                shape_scores(raw, rollout.ended, self.normalize, self.cfg), rollout, reads_dense_rewards(self.cfg))
             exp, algo_stats = experience_of(self.algo, self.cfg.algorithm, rollout, logp, ref_logp, values, score,
                                             self.kl_ctl.value)  # its answer checked: (B, A) fields, a stats dict
         # The tokens the policy sampled: an episode's observation tokens have no KL, entropy or weight.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tether.algorithms import algorithm
 from tether.config import RLConfig
-from tether.registry.algorithms import DEFAULT_ALGORITHM
+from tether.registry.algorithms import DEFAULT_ALGORITHM, algorithm_spec
 from tether.runs.checkpoint import load_trainer_state, save_checkpoint, set_rank_rng_state, truncate_jsonl, truncate_metrics
 from tether.eval.health import HealthMonitor, append_alarms
 from tether.loops.common import announce_resume, progress
@@ -86,7 +86,9 @@ class RLBody:
         in ``critic/``) as the final models."""
         stage, prompts, evaluator = self.name, started.state["prompts"], started.state["evaluator"]
         trainer = RLTrainer(cfg, started.placement, prompts, self.algorithm)
-        monitor = HealthMonitor(cfg.health, echo=tqdm_write)
+        spec = algorithm_spec(cfg.algorithm)
+        # Where the kl block is inert (distill: the reference is the teacher), the KL is no leash.
+        monitor = HealthMonitor(cfg.health, echo=tqdm_write, kl_leash="kl" not in spec.inert_keys)
         if checkpoint is not None:
             _restore(out, checkpoint, stage, trainer, monitor)
         announce_resume(checkpoint, trainer.iteration, cfg.rl.iterations)
@@ -118,8 +120,7 @@ class RLBody:
                 samples.write_many(rows)
                 logger.log_table("samples", it, rows)
             bar.update(1)
-            bar.set_postfix(score=f"{stats['objective/score']:.2f}", kl=f"{stats['objective/kl']:.2f}",
-                            beta=f"{stats['objective/kl_coef']:.3f}")
+            bar.set_postfix(progress_postfix(stats, spec))
             if self.on_iteration is not None:
                 self.on_iteration(it, stats, trainer)
             if cfg.run.save_every and it % cfg.run.save_every == 0 and not last:
@@ -140,6 +141,16 @@ class RLBody:
         result = {"history": history, "trainer": trainer, "time_s": time.perf_counter() - t0,
                   "alarms": [a.to_dict() for a in monitor.alarms], "stopped_by": monitor.stop_reason}
         return result, finals
+
+
+def progress_postfix(stats: dict, spec) -> dict:
+    """The progress bar's numbers: the score (with a reward), the KL to the reference, and its beta
+    (where the kl block is read)."""
+    shown = {"score": f"{stats['objective/score']:.2f}"} if spec.needs_reward else {}
+    shown["kl"] = f"{stats['objective/kl']:.2f}"
+    if "kl" not in spec.inert_keys:
+        shown["beta"] = f"{stats['objective/kl_coef']:.3f}"
+    return shown
 
 
 @guarded_run

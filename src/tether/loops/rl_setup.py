@@ -134,9 +134,12 @@ def score_rollout(reward, rollout, cfg: RLConfig, device,
                   objectives: RewardObjectives | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The reward role's (B,) raw scores of ``rollout`` in float32 on ``device``: every source answers
     its terms' scores ((B, T) from one ``score_terms`` call; one term for a single source), combined
-    by ``objectives`` (the run's, with its state; a fixed-weight sum without one); with
+    by ``objectives`` (the run's, with its state; a fixed-weight sum without one), or zeros without a
+    reward role; with
     ``reward.terms``, each term's batch mean ``reward/<name>``, the objectives' and constraints'
     stats, and what each reporting term (a judge) did this batch."""
+    if reward is None:  # an algorithm trained without a reward (its registry entry's needs_reward)
+        return torch.zeros(len(rollout.responses), device=device), {}
     objectives = objectives if objectives is not None else RewardObjectives(cfg.reward.terms)
     per_term = reward.score_terms(rollout)
     score, stats = objectives(per_term)
@@ -177,8 +180,10 @@ def build_evaluator(cfg: RLConfig, tokenizer, max_length: LengthLimit | None = N
         notice(f"eval/proxy_score is not logged: reward term {', '.join(relative)} judges a prompt's responses "
                "against each other, and the held-out evaluation samples one response per prompt (its gold score, "
                "KL and the rest are logged).")
+    from tether.registry.algorithms import algorithm_spec
+
     return HeldOutEvaluator(held.ids, held.texts, sampling_params(cfg), cfg.run.seed, judge, held.rows,
-                            score_with_reward=not relative)
+                            score_with_reward=not relative and algorithm_spec(cfg.algorithm).needs_reward)
 
 
 def iteration_seed(seed: int, iteration: int) -> int:

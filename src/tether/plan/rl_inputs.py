@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from tether.plan import meta_models
 from tether.plan.memory import RoleSize
 from tether.plan.params import shape_of
+from tether.roles.groups import role_names
 from tether.rollout import install_check, run_setup
 
 
@@ -43,6 +44,14 @@ class RoleChecks:
 
 
 def _reference(cfg, tokenizer, actor, roles: RoleChecks) -> None:
+    if cfg.distill.teacher_url:  # on-policy distillation's teacher behind an endpoint: asked as the run asks it
+        from tether.roles.build import remote_teacher
+
+        teacher = remote_teacher(cfg, tokenizer)
+        roles.sizes["reference"] = RoleSize()
+        roles.lines.append(f"reference  the teacher {teacher.model!r} at {cfg.distill.teacher_url} (answered, reads "
+                           "the student's token ids alike)")
+        return
     if cfg.lora.enabled and not cfg.reference:
         roles.sizes["reference"] = RoleSize()
         roles.lines.append("reference  the actor's base with its adapters off (no copy)")
@@ -181,7 +190,8 @@ def rl_inputs(cfg) -> RLInputs:
     roles.lines.append(f"actor      {policy}: {actor.architecture}, {actor.params:,} parameters, trained"
                        + (f" (LoRA r={cfg.lora.r})" if cfg.lora.enabled else ""))
     _reference(cfg, tokenizer, actor, roles)
-    _reward(cfg, tokenizer, roles)
+    if "reward" in role_names(cfg):  # an algorithm trained without a reward has no reward role
+        _reward(cfg, tokenizer, roles)
     critic_model = _critic(cfg, tokenizer, actor_model, roles)
     # As make_roles does once every model is loaded: the actor's and the critic's LoRA and checkpointing
     # (their trained parameters as set up: exact under LoRA).

@@ -42,6 +42,10 @@ class AlgorithmSpec:
     rewards) where they fall; an algorithm without it gets their episode total added to the score.
     ``process_advantages``: it reads ``group.advantage`` (process supervision: with ``process`` it
     reads the per-turn rewards where they fall, as with ``dense_rewards``); refused under the others.
+    ``needs_reward``: it learns from a reward source (without one, as on-policy distillation, which
+    learns from the reference role, its teacher, the run builds no reward role, every score is 0 and
+    the ``reward`` block is refused). ``config_check``: ``"module:function"`` called with the
+    resolved config after the shared checks (the algorithm's own rules), or None.
     """
 
     name: str
@@ -59,6 +63,8 @@ class AlgorithmSpec:
     dense_rewards: bool = False
     process_advantages: bool = False
     policy_loss: tuple[str, str] = ("token", "token_mean")
+    needs_reward: bool = True
+    config_check: str | None = None
 
     def load(self) -> type:
         """The algorithm's class (its module imported on first use)."""
@@ -155,4 +161,13 @@ register_algorithm(AlgorithmSpec(
     needs_critic=False, default_group_size=4, min_group_size=2, config_block="selection",
     inert_keys=("rl.gamma", "group.scale_by_std", "policy_loss", "rl.clip", "rl.entropy_coef",
                 "rollout.is_correction")))
+register_algorithm(AlgorithmSpec(
+    "distill", "tether.algorithms.distill:OnPolicyDistillation", "On-policy distillation",
+    summary="On-policy distillation: the student samples, a frozen teacher (reference) scores every token; "
+            "per-token reverse KL or generalised JSD; no reward.",
+    purpose="on-policy distillation of a teacher policy (the reference) into this one, on its own samples",
+    needs_critic=False, needs_reward=False, config_block="distill",
+    config_check="tether.config.distill:check_distill",
+    # The KL to the reference is the objective itself (the reference is the teacher), not a leash.
+    inert_keys=("rl.gamma", "group.scale_by_std", "kl")))
 _BUILT_IN.update(ALGORITHMS)

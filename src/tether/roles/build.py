@@ -83,9 +83,11 @@ def build_roles(cfg: RLConfig, checkpoint: Path | None = None, needed=ROLE_NAMES
     full_actor = checkpoint is not None and not cfg.lora.enabled
     actor_model = load_causal_lm(str(checkpoint / "actor") if full_actor else policy_path, **load,
                                  key=None if full_actor else "model.name_or_path") if "actor" in needed else None
-    # With LoRA and no separate reference, the reference is the actor's base (adapters off).
+    # With LoRA and no separate reference, the reference is the actor's base (adapters off); a
+    # distillation teacher behind an endpoint (distill.teacher_url) loads nothing here.
     shared_reference = cfg.lora.enabled and not cfg.reference
-    reference_model = None if shared_reference or "reference" not in needed else load_causal_lm(
+    remote_teacher = bool(cfg.distill.teacher_url)
+    reference_model = None if shared_reference or remote_teacher or "reference" not in needed else load_causal_lm(
         cfg.reference or policy_path, **load, key="reference" if cfg.reference else "model.name_or_path")
     # With LoRA on a critic that starts from the (only) reward model, the reward model is the
     # critic's base with its adapters off: one copy of those weights too.
@@ -150,7 +152,7 @@ def make_roles(cfg: RLConfig, actor_model, reference_model, critic_model, reward
     has_actor, has_critic = "actor" in needed, "critic" in needed and not shared
     if shared and has_actor and not isinstance(critic_model, ValueHead):
         critic_model = ValueHead(actor_model.config.hidden_size)
-    if "reference" in needed and reference_model is None and not cfg.lora.enabled:
+    if "reference" in needed and reference_model is None and not cfg.lora.enabled and not cfg.distill.teacher_url:
         raise ValueError("reference_model None needs LoRA on the actor (lora.r > 0): the reference is its base")
     trunks = [*([actor_model] if has_actor else []), *([reference_model] if reference_model is not None else []),
               *(m.model for m in _reward_members(reward)), *([critic_model] if has_critic else [])]
@@ -168,7 +170,9 @@ def make_roles(cfg: RLConfig, actor_model, reference_model, critic_model, reward
     if reward == SHARED_WITH_CRITIC:
         name = cfg.reward.models[0] if cfg.reward.models else "reward model"
         reward = ModelReward(base_engine(critic.engine), name)
-    if "reference" in needed:
+    if "reference" in needed and cfg.distill.teacher_url:
+        reference = remote_teacher(cfg, tokenizer)
+    elif "reference" in needed:
         if reference_model is None:
             reference_engine = AdapterOffEngine(actor.engine, actor_model)
         else:
@@ -178,6 +182,18 @@ def make_roles(cfg: RLConfig, actor_model, reference_model, critic_model, reward
     for member in _reward_members(reward):
         contexts[member.name] = context_length(member.model)
     return Roles(actor, reference, critic, reward, rollout, tokenizer, contexts, prepared.linear_backend, sampler)
+
+
+def remote_teacher(cfg: RLConfig, tokenizer):
+    """On-policy distillation's teacher behind ``distill.teacher_url`` as the reference role,
+    checked (it answers, serves the model, reads the student's token ids alike) before the run."""
+    from tether.roles.remote_teacher import RemoteTeacher
+
+    d = cfg.distill
+    teacher = RemoteTeacher(d.teacher_url, tokenizer, d.teacher_model, d.teacher_api_key, d.teacher_timeout_s,
+                            d.teacher_batch_size)
+    teacher.check()
+    return teacher
 
 
 def _actor_roles(cfg: RLConfig, actor_model, head, tokenizer, settings: EngineSettings, prepared, adapter,

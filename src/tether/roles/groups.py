@@ -12,8 +12,12 @@ ROLE_NAMES = ("actor", "reference", "critic", "reward")
 
 
 def role_names(cfg: RLConfig) -> tuple[str, ...]:
-    """The roles ``cfg``'s algorithm runs: all four, or no critic (grpo, rloo, reinforce_pp)."""
-    return ROLE_NAMES if cfg.needs_critic else tuple(n for n in ROLE_NAMES if n != "critic")
+    """The roles ``cfg``'s algorithm runs: all four, no critic (grpo, rloo, reinforce_pp), or
+    neither critic nor reward (distill: its registry entry's ``needs_reward``)."""
+    from tether.registry.algorithms import algorithm_spec
+
+    skip = {*(() if cfg.needs_critic else ("critic",)), *(() if algorithm_spec(cfg.algorithm).needs_reward else ("reward",))}
+    return tuple(n for n in ROLE_NAMES if n not in skip)
 
 
 def role_groups(cfg: RLConfig, colocate: list[list[str]] = ()) -> list[tuple[str, ...]]:
@@ -32,7 +36,7 @@ def role_groups(cfg: RLConfig, colocate: list[list[str]] = ()) -> list[tuple[str
     def join(a, b):
         parent[find(a)] = find(b)
 
-    if cfg.lora.enabled and not cfg.reference:
+    if cfg.lora.enabled and not cfg.reference and not cfg.distill.teacher_url:
         join("reference", "actor")
     if cfg.critic.shared_trunk and "critic" in names:
         join("critic", "actor")

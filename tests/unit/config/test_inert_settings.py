@@ -106,8 +106,13 @@ def test_needs_critic_is_the_algorithms_registry_entry():
     from tether.algorithms import ALGORITHMS
 
     for name, spec in ALGORITHMS.items():
-        overrides = [f"algorithm={name}", f"group.size={max(2, spec.min_group_size)}"]
-        assert ppo(*overrides, "rl.minibatch_size=2", "rollout.batch_size=2").needs_critic is spec.needs_critic
+        overrides = [f"algorithm={name}", f"group.size={max(2, spec.min_group_size)}", "rl.minibatch_size=2",
+                     "rollout.batch_size=2"]
+        if not spec.needs_reward:  # distill: no reward block, a teacher instead
+            cfg = load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p.jsonl", "reference=t", *overrides])
+        else:
+            cfg = ppo(*overrides)
+        assert cfg.needs_critic is spec.needs_critic
 
 
 def test_an_unregistered_algorithm_names_the_registered_ones():

@@ -26,7 +26,8 @@ def _stage_overrides(name: str, data: Path, out: Path) -> list[str]:
     keys = [f"model.name_or_path={data.parent / 'model'}", f"run.out={out}"]
     if spec.algorithm:
         critic = ["critic.init=policy"] if ALGORITHMS[name].needs_critic else []
-        return [*keys, *(k.format(data=data) for k in RL_REQUIRED), *critic, f"algorithm={name}"]
+        required = RL_REQUIRED if ALGORITHMS[name].needs_reward else ["prompts={data}", f"reference={data.parent / 't'}"]
+        return [*keys, *(k.format(data=data) for k in required), *critic, f"algorithm={name}"]
     return [*keys, f"data.train={data}"]
 
 

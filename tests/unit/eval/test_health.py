@@ -95,6 +95,17 @@ def test_kl_catastrophic_is_an_alarm() -> None:
     assert "stop" in cat.fix.lower()
 
 
+def test_where_the_kl_is_the_objective_its_leash_rules_are_not_judged() -> None:
+    # On-policy distillation: the KL to the reference (the teacher) starts high and falls; the KL
+    # rules' bands and fixes ("raise kl.coef") are a leash's, so they stay silent. The others do not.
+    rows = stream(objective__kl=lambda it: 40.0 - 0.39 * it, response__eos_rate=lambda it: 0.1)
+    monitor = HealthMonitor(None, echo=None, kl_leash=False)
+    for it, row in rows:
+        monitor.observe(it, row)
+    assert names(monitor) == ["eos_collapse"]
+    assert "kl_catastrophic" in names(run(rows))
+
+
 def test_alarm_fires_again_only_after_clearing() -> None:
     def kl(it):
         return 30.0 if it <= 30 or it > 60 else 1.0

@@ -17,15 +17,22 @@ INTERMEDIATE_SIZE = 512
 MAX_POSITIONS = 64
 
 
-def build_config(tokenizer: PreTrainedTokenizerBase, max_positions: int = MAX_POSITIONS) -> LlamaConfig:
-    """The tiny Llama's config for ``tokenizer``'s vocabulary, ``max_positions`` positions."""
+#: The sizes of the demo's policies: ``base`` (the demo's own) and ``small`` (a student for
+#: on-policy distillation, ~0.12M parameters, one quarter of the base's).
+SIZES = {"base": dict(hidden_size=HIDDEN_SIZE, intermediate_size=INTERMEDIATE_SIZE, num_hidden_layers=NUM_LAYERS,
+                      num_attention_heads=NUM_HEADS),
+         "small": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2)}
+
+
+def build_config(tokenizer: PreTrainedTokenizerBase, max_positions: int = MAX_POSITIONS,
+                 size: str = "base") -> LlamaConfig:
+    """The tiny Llama's config for ``tokenizer``'s vocabulary, ``max_positions`` positions, of
+    ``size`` (:data:`SIZES`)."""
+    shape = SIZES[size]
     return LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=HIDDEN_SIZE,
-        intermediate_size=INTERMEDIATE_SIZE,
-        num_hidden_layers=NUM_LAYERS,
-        num_attention_heads=NUM_HEADS,
-        num_key_value_heads=NUM_HEADS,
+        **shape,
+        num_key_value_heads=shape["num_attention_heads"],
         max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         attention_dropout=0.0,
@@ -36,13 +43,13 @@ def build_config(tokenizer: PreTrainedTokenizerBase, max_positions: int = MAX_PO
 
 
 def build_base_model(tokenizer: PreTrainedTokenizerBase, seed: int,
-                     max_positions: int = MAX_POSITIONS) -> LlamaForCausalLM:
+                     max_positions: int = MAX_POSITIONS, size: str = "base") -> LlamaForCausalLM:
     """A freshly initialised :class:`LlamaForCausalLM` for ``tokenizer``, a pure function of ``seed``
-    (``max_positions``: its context length).
+    (``max_positions``: its context length; ``size``: one of :data:`SIZES`).
 
     The global torch RNG state is left untouched.
     """
-    config = build_config(tokenizer, max_positions)
+    config = build_config(tokenizer, max_positions, size)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)

@@ -24,6 +24,18 @@ def bradley_terry_loss(
     return -F.logsigmoid(delta).mean()
 
 
+def distilled_bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor,
+                                 teacher_margin: torch.Tensor) -> torch.Tensor:
+    """Scalar mean of the Bradley-Terry cross-entropy against a teacher's soft label: with
+    d = r_chosen − r_rejected and p = σ(teacher_margin) (the teacher's probability that chosen wins),
+    −[p·log σ(d) + (1 − p)·log σ(−d)]. Reward-model distillation: the student matches the teacher's
+    preference probabilities, not only its orderings; the loss is least (the entropy of p) at
+    d = teacher_margin. With p = 1 it is :func:`bradley_terry_loss`. All (B,)."""
+    delta = r_chosen - r_rejected
+    p = torch.sigmoid(teacher_margin.to(delta.dtype))
+    return -(p * F.logsigmoid(delta) + (1 - p) * F.logsigmoid(-delta)).mean()
+
+
 def sft_loss(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Scalar NLL averaged over response tokens: token_logp (B, T), mask (B, T) 1 on response only."""
     return -masked_mean(token_logp, mask)

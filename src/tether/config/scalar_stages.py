@@ -67,6 +67,21 @@ class RewardModelConfig(ScalarHeadStageConfig):
     normalize: bool = option(
         True, "Store an offset so held-out responses score 0 on average (fixes the gauge)."
     )
+    teacher: str | None = option(
+        None, "Reward-model distillation: a trained reward model (the policy's tokenizer) that scores both "
+              "responses of every pair; each pair is oriented by it and the model learns its preference "
+              "probability sigmoid(t_a - t_b) (soft Bradley-Terry). The rows may then be unlabeled "
+              "(tether pairs' prompt/response_a/response_b). eval/accuracy is agreement with the teacher.",
+        path=True)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.teacher and self.margin_field:
+            raise ConfigError(f"Config key 'margin_field' = {self.margin_field!r} is set with teacher, whose score "
+                              "margins are the labels, so it would have no effect; drop it.")
+        if self.teacher and self.teacher == self.model.name_or_path:
+            raise ConfigError(f"Config key 'teacher' = {self.teacher!r} is model.name_or_path: a reward model "
+                              "distilled into a copy of itself; expected the larger reward model to learn from.")
 
 
 @dataclass(frozen=True)

@@ -118,9 +118,12 @@ def sft_examples(records: Iterable[Record]) -> list[SFTExample]:
 
 
 def preference_examples(
-    records: Iterable[Record], on_identical: str = "error"
+    records: Iterable[Record], on_identical: str = "error", unlabeled: bool = False
 ) -> tuple[list[PreferenceExample], dict]:
-    """Schemas: ``prompt``/``chosen``/``rejected`` or HH-RLHF ``chosen``/``rejected`` conversations.
+    """Schemas: ``prompt``/``chosen``/``rejected`` or HH-RLHF ``chosen``/``rejected`` conversations;
+    with ``unlabeled`` (a teacher labels them: reward-model distillation) also ``tether pairs``'
+    unlabeled ``prompt``/``response_a``/``response_b``, read as chosen = a, rejected = b (an order
+    that carries no preference).
 
     ``on_identical`` is ``"error"`` or ``"skip"`` for pairs whose two responses are equal.
     Returns the examples and counts ``{"identical_skipped": n}``.
@@ -135,6 +138,9 @@ def preference_examples(
         seen += 1
         last_source = rec.source
         data = _data(rec)
+        if unlabeled and ("response_a" in data or "response_b" in data):
+            _require(rec, data, ("prompt", "response_a", "response_b"))
+            data = {"prompt": data["prompt"], "chosen": data["response_a"], "rejected": data["response_b"]}
         if not any(k in data for k in ("prompt", "chosen", "rejected")):
             raise _unknown_schema(rec, data, _PREF_SCHEMAS, ("prompt", "chosen", "rejected"))
         if "prompt" in data:

@@ -15,6 +15,7 @@ import logging
 import torch
 
 from tether.algos import bradley_terry_loss
+from tether.algos.losses import distilled_bradley_terry_loss
 from tether.config import RewardModelConfig
 from tether.data import collate_right
 from tether.distributed import all_gather_objects
@@ -46,10 +47,43 @@ def rm_inputs(cfg: RewardModelConfig):
 
 
 def rm_stage_inputs(cfg: RewardModelConfig) -> StageInputs:
-    """:func:`rm_inputs` as the skeleton takes them (the margins ride along in ``extra``)."""
+    """:func:`rm_inputs` as the skeleton takes them (the margins ride along in ``extra``). With a
+    ``teacher`` (distillation) every pair is scored by it and oriented so that its preferred
+    response is the chosen one; its margins t_c − t_r (≥ 0) replace the labels."""
     tokenizer, config, (train, margins, evals, counts) = rm_inputs(cfg)
     limits = {"data.max_length": data_limit(cfg, {cfg.model.name_or_path: config})}
-    return StageInputs(tokenizer, train, evals, counts, limits, {"margins": margins})
+    extra = {"margins": margins}
+    if cfg.teacher:
+        train, teacher_train, flipped = teacher_oriented(cfg, tokenizer, train)
+        evals, teacher_eval, _ = teacher_oriented(cfg, tokenizer, evals)
+        extra.update(teacher_train=teacher_train, teacher_eval=teacher_eval)
+        counts = {**counts, "teacher_flipped": flipped}
+    return StageInputs(tokenizer, train, evals, counts, limits, extra)
+
+
+@torch.no_grad()
+def teacher_oriented(cfg: RewardModelConfig, tokenizer, pairs: list, batch_size: int = 64):
+    """(``pairs`` each oriented by ``cfg.teacher``'s scores, their (B,) teacher margins t_c − t_r ≥ 0,
+    how many were swapped). The teacher reads the policy's token ids: its tokenizer is checked."""
+    from dataclasses import replace
+
+    from tether.roles.sources import same_vocab
+
+    same_vocab(tokenizer, load_tokenizer(cfg.teacher, key="teacher"), f"teacher '{cfg.teacher}' (teacher)")
+    teacher = load_scalar_model(cfg.teacher, tokenizer, cfg.model.dtype, False, key="teacher",
+                                trust_remote_code=cfg.model.trust_remote_code,
+                                attn_implementation=cfg.model.attn_implementation)
+    teacher.eval()
+    margins = []
+    for start in range(0, len(pairs), batch_size):
+        c, r = pair_scores(teacher, pairs[start:start + batch_size], tokenizer.pad_token_id)
+        margins.append((c - r).float().cpu())
+    margin = torch.cat(margins) if margins else torch.zeros(0)
+    swap = (margin < 0).tolist()
+    oriented = [replace(p, chosen_ids=p.rejected_ids, rejected_ids=p.chosen_ids) if flip else p
+                for p, flip in zip(pairs, swap)]
+    del teacher
+    return oriented, margin.abs(), int(sum(swap))
 
 
 def pair_scores(model, pairs: list, pad_id: int, autocast: str = "none") -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,8 +96,10 @@ def pair_scores(model, pairs: list, pad_id: int, autocast: str = "none") -> tupl
 
 @torch.no_grad()
 def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: float = 0.0,
-                   autocast: str = "none") -> dict:
-    """Held-out pairwise accuracy, mean margin r_c − r_r, and the mean response score."""
+                   autocast: str = "none", teacher_margins: torch.Tensor | None = None) -> dict:
+    """Held-out pairwise accuracy, mean margin r_c − r_r, and the mean response score; with the
+    pairs' (B,) ``teacher_margins`` (distillation: the pairs oriented by the teacher, so accuracy is
+    agreement with it), the loss against its soft labels and the correlation of the two margins."""
     was_training = model.training
     model.eval()
     chosen, rejected = [], []
@@ -76,12 +112,18 @@ def evaluate_pairs(model, pairs: list, pad_id: int, batch_size: int, offset: flo
     empty = torch.zeros(0)
     shares = all_gather_objects((torch.cat(chosen) if chosen else empty, torch.cat(rejected) if rejected else empty))
     c, r = torch.cat([s[0] for s in shares]), torch.cat([s[1] for s in shares])
-    return {
+    out = {
         "eval/accuracy": float((c > r).float().mean()),
         "eval/margin": float((c - r).mean()),
         "eval/score_mean": float(torch.cat([c, r]).mean()) - offset,
         "eval/loss": float(bradley_terry_loss(c, r)),
     }
+    if teacher_margins is not None:
+        # The gathered order is each rank's strided share in turn: put the teacher's margins in it.
+        t = torch.cat([torch.as_tensor(s) for s in all_gather_objects(strided(teacher_margins.tolist()))]).float()
+        out["eval/loss"] = float(distilled_bradley_terry_loss(c, r, t))
+        out["eval/teacher_margin_corr"] = float(torch.corrcoef(torch.stack([c - r, t]))[0, 1])
+    return out
 
 
 def build_rm_roles(cfg: RewardModelConfig, checkpoint=None, needed=(), inputs: StageInputs | None = None,
@@ -105,14 +147,19 @@ def build_rm_roles(cfg: RewardModelConfig, checkpoint=None, needed=(), inputs: S
     engine.config.score_offset = 0.0
     pad, autocast = tokenizer.pad_token_id, engine.autocast
 
+    teacher_train, teacher_eval = inputs.extra.get("teacher_train"), inputs.extra.get("teacher_eval")
+
     def loss(module, items):
         c, r = pair_scores(module, [train[i] for i in items], pad, autocast)
-        margin = engine.to_device(torch.tensor([margins[i] for i in items])) if cfg.margin_field else None
-        value = bradley_terry_loss(c, r, margin)
+        if teacher_train is not None:  # distillation: the teacher's preference probabilities
+            value = distilled_bradley_terry_loss(c, r, engine.to_device(teacher_train[list(items)]))
+        else:
+            margin = engine.to_device(torch.tensor([margins[i] for i in items])) if cfg.margin_field else None
+            value = bradley_terry_loss(c, r, margin)
         return value, {"train/loss": float(value.detach()), "train/accuracy": float((c > r).float().mean())}
 
     def evaluate() -> dict:
-        return engine.infer(evaluate_pairs, evals, pad, cfg.optim.batch_size, 0.0, autocast)
+        return engine.infer(evaluate_pairs, evals, pad, cfg.optim.batch_size, 0.0, autocast, teacher_eval)
 
     return StageRoles({"reward": SupervisedModel(engine, loss, evaluate if evals else None, name="rm loss")})
 

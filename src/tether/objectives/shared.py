@@ -69,7 +69,8 @@ def load_pairs(cfg: RewardModelConfig, tokenizer, limit: LengthLimit | None = No
 
     def read(source, split, key):
         records = load_records(source, split, key=key)
-        examples, counts = preference_examples(records, cfg.on_identical)
+        # A teacher labels the pairs (reward-model distillation): tether pairs' unlabeled rows are read too.
+        examples, counts = preference_examples(records, cfg.on_identical, unlabeled=bool(getattr(cfg, "teacher", None)))
         margins = None
         field = getattr(cfg, "margin_field", None)  # the RM stage's; DPO reads the same pairs without
         if field:

@@ -6,6 +6,7 @@ import torch
 from tether.algos.losses import (
     bradley_terry_loss,
     clipped_surrogate,
+    distilled_bradley_terry_loss,
     entropy_from_logits,
     ppo_policy_loss,
     sft_loss,
@@ -33,6 +34,22 @@ def test_bt_margin_and_batch_mean():
         (0.974077 + math.log(2)) / 2, abs=1e-5
     )
     assert bradley_terry_loss(r_c, r_r, margin=0.0).item() == pytest.approx(bradley_terry_loss(r_c, r_r).item())
+
+
+def test_distilled_bt_by_hand_and_its_minimum():
+    # d = 1, teacher margin 0 (p = 0.5): -(0.5 log s(1) + 0.5 log s(-1)) = 0.5 (0.313262 + 1.313262) = 0.813262
+    # d = 2, teacher margin ln 3 (p = 0.75): 0.75 * 0.126928 + 0.25 * 2.126928 = 0.626928
+    loss = distilled_bradley_terry_loss(torch.tensor([1.0, 2.0]), torch.tensor([0.0, 0.0]),
+                                        torch.tensor([0.0, math.log(3)]))
+    assert loss.item() == pytest.approx((0.813262 + 0.626928) / 2, abs=1e-5)
+    # Least where the student's margin is the teacher's: the gradient in d is sigmoid(d) - p = 0 there.
+    d = torch.tensor([math.log(3)], requires_grad=True)
+    distilled_bradley_terry_loss(d, torch.zeros(1), torch.tensor([math.log(3)])).backward()
+    assert d.grad.item() == pytest.approx(0.0, abs=1e-7)
+    # A certain teacher (p -> 1) is the plain Bradley-Terry loss.
+    r_c, r_r = torch.tensor([0.3, -1.0]), torch.tensor([0.1, 0.5])
+    assert distilled_bradley_terry_loss(r_c, r_r, torch.tensor([60.0, 60.0])).item() == pytest.approx(
+        bradley_terry_loss(r_c, r_r).item(), rel=1e-6)
 
 
 def test_bt_stable_for_large_gaps():

@@ -54,3 +54,12 @@ def killed_run_resumes_bitwise(stage: str, args, tmp_path) -> None:
     assert comparable(out) == comparable(reference)
     a, b = load_file(str(out / "model.safetensors")), load_file(str(reference / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def without_reward(spec, trained, argv: list[str]) -> list[str]:
+    """``argv`` as an algorithm without a reward takes it (its entry's ``needs_reward``: distill): no
+    reward or kl keys, and a teacher as the reference (the task's base model: the SFT model's tokenizer)."""
+    if spec.needs_reward:
+        return argv
+    kept = [a for a in argv if not a.startswith(("reward.", "kl."))]
+    return [*kept, f"reference={trained['task'] / 'base_model'}"]

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from card_checks import assert_model_card
+from stage_helpers import without_reward
 from tether.algorithms import ALGORITHMS as REGISTERED
 from tether.cli import main
 from tether.metrics.logger import read_metrics
@@ -63,9 +64,10 @@ def test_every_registered_algorithm_runs_one_iteration(name, trained, tmp_path):
              "rl.epochs=1", f"group.size={max(2, spec.min_group_size)}"]
     if spec.needs_critic:
         extra.append("critic.init=policy")
-    assert main([name, *args(trained, out, *extra)]) == 0
+    assert main([name, *without_reward(spec, trained, args(trained, out, *extra))]) == 0
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "objective/score" in r]
     assert len(rows) == 1 and (out / "critic").is_dir() is spec.needs_critic
+
 
 
 def test_grpo_options_sequence_mean_dr_grpo_and_clip_higher(trained, tmp_path):

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from stage_helpers import without_reward
 
 from tether.algorithms import ALGORITHMS as REGISTERED
 from tether.cli import main
@@ -50,7 +51,7 @@ def test_every_registered_algorithm_trains_on_three_turn_episodes(name, trained,
     extra = [f"group.size={group}", f"rl.minibatch_size={2 * group}", "rollout.capture_logprobs=true"]
     if spec.needs_critic:
         extra.append("critic.init=policy")
-    assert main([name, *episode_args(trained, tmp_path / name, prompts, *extra)]) == 0
+    assert main([name, *without_reward(spec, trained, episode_args(trained, tmp_path / name, prompts, *extra))]) == 0
     row = next(r for r in read_metrics(tmp_path / name / "metrics.jsonl") if "objective/score" in r)
     assert row["env/turns"] > 1 and 0 < row["env/observation_share"] < 1
     assert row["rollout/token_mismatch"] == 0.0

@@ -45,13 +45,11 @@ class RLTrainer:
 
     def __init__(self, cfg, placement, prompts: PromptSet, algorithm):
         self.cfg, self.placement, self.prompts, self.algo = cfg, placement, prompts, algorithm
-        self.actor, self.reference, self.reward, self.rollout = (
-            role(placement, name) for name in ("actor", "reference", "reward", "rollout"))
-        self.critic = role(placement, "critic") if cfg.needs_critic else None
         spec = algorithm_spec(cfg.algorithm)
+        self.actor, self.reference, self.rollout = (role(placement, name) for name in ("actor", "reference", "rollout"))
+        self.reward = role(placement, "reward") if spec.needs_reward else None  # distill: the teacher is the signal
+        self.critic = role(placement, "critic") if cfg.needs_critic else None
         self.whole_groups = spec.whole_groups  # the update shuffles whole groups
-        if not spec.needs_reward:  # on-policy distillation: the teacher (reference) is the signal
-            self.reward = None
         # A shared-trunk critic trains inside the actor's update: nothing to run beside it.
         self.critic_trains = self.critic is not None and self.critic.trains_alone()
         self.sampling = sampling_params(cfg)

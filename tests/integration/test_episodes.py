@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-from stage_helpers import without_reward
 
 from tether.algorithms import ALGORITHMS as REGISTERED
 from tether.cli import main
@@ -45,6 +44,8 @@ def episode_args(trained, out, prompts, *extra):
 
 @pytest.mark.parametrize("name", list(REGISTERED))
 def test_every_registered_algorithm_trains_on_three_turn_episodes(name, trained, tmp_path):
+    from stage_helpers import without_reward  # here: tests/on_vllm imports this module from elsewhere
+
     spec = REGISTERED[name]
     prompts = scripted_prompts(trained["task"], tmp_path / "episodes.jsonl")
     group = max(2, spec.min_group_size)

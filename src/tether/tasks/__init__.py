@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-TASKS: dict[str, str] = {"arith": "tether.tasks.arith", "calc": "tether.tasks.calc"}
+TASKS: dict[str, str] = {"arith": "tether.tasks.arith", "calc": "tether.tasks.calc", "steps": "tether.tasks.steps"}
 
 
 def get_task(name: str) -> ModuleType:

@@ -319,7 +319,7 @@ def _flatten(d, prefix=""):
 @pytest.mark.parametrize(
     "name, cls", [("sft", SFTConfig), ("rm", RewardModelConfig), ("ppo", RLConfig), ("dpo", DPOConfig),
                   ("simpo", SimPOConfig), ("orpo", ORPOConfig), ("kto", KTOConfig), ("genrm", GenRMConfig),
-                  ("rloo_objectives", RLConfig), ("ppo_objectives", RLConfig)]
+                  ("rloo_objectives", RLConfig), ("ppo_objectives", RLConfig), ("distill", RLConfig)]
 )
 def test_demo_presets_load(name, cls):
     cfg = load_config(cls, DEMO / f"{name}.yaml")

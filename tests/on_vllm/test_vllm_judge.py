@@ -4,15 +4,10 @@ run: the tiny judge of tests/judge_model.py answers ``Score: 8`` through vLLM's
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 from judge_model import RUBRIC, build
+from openai_server import vllm_openai_server
 
 pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds it); see README")
 
@@ -22,40 +17,14 @@ from tether.metrics.logger import read_metrics  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_judge(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm-judge")
     model = build(root / "judge")
-    port = free_port()
-    log = root / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-           "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
-           "tiny-judge", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "512",
-           "--enforce-eager", "--seed", "0"]
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while "Application startup complete" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.5)
+    with vllm_openai_server(model, "tiny-judge", root / "server.log") as url:
         rubric = root / "rubric.txt"
         rubric.write_text(RUBRIC)
-        yield f"http://127.0.0.1:{port}", rubric
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        yield url, rubric
 
 
 def test_grpo_rewarded_by_a_judge_on_vllms_openai_server(tiny_task, vllm_judge, tmp_path):

@@ -4,15 +4,9 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-
 import pytest
 import torch
+from openai_server import vllm_openai_server
 
 pytest.importorskip("vllm", reason="runs in .venv-vllm (make test builds it); see README")
 
@@ -20,12 +14,6 @@ from tether.cli import main  # noqa: E402
 from tether.metrics.logger import read_metrics  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -46,28 +34,8 @@ def vllm_teacher(tiny_task, tmp_path_factory):
     teacher = root / "teacher"
     model.save_pretrained(teacher)
     load_tokenizer(str(base)).save_pretrained(teacher)
-    port = free_port()
-    log = root / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-           "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(teacher),
-           "--served-model-name", "tiny-teacher", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--max-model-len", "64", "--enforce-eager", "--seed", "0"]
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while "Application startup complete" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}", teacher
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    with vllm_openai_server(teacher, "tiny-teacher", root / "server.log", max_model_len=64) as url:
+        yield url, teacher
 
 
 def test_distillation_from_a_teacher_on_vllms_openai_server(tiny_task, vllm_teacher, tmp_path):

@@ -37,7 +37,8 @@ def predicted_memory(roles, cfg, model_config, prompt_len: int, parallel: bool) 
         grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.rl.entropy_coef > 0, parallel_roles=parallel,
         captured_logprobs=cfg.rollout.capture_logprobs, logprob_chunk=memory.default_logprob_chunk(shape.vocab),
         retained_heap=on_cpu and parallel and cfg.cpu.retain_memory,
-        decode_copy=4 if on_cpu and getattr(roles, "linear_backend", "aten") == "onednn" else 0)
+        decode_copy=4 if on_cpu and getattr(roles, "linear_backend", "aten") == "onednn" else 0,
+        device="cpu" if on_cpu else "cuda")
     peak = memory.predict_peak(shape, sizes, run)
     split = {k: _mb(v) for k, v in peak["split"].items() if k != "total"}
     return {"predicted_peak_mb": _mb(peak["total"]),

@@ -35,9 +35,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-import jsonschema
-from jsonschema.exceptions import SchemaError, best_match
-
 from tether.common.errors import ConfigError, DataError, one_line
 from tether.common.targets import import_callable
 from tether.environments.base import describe
@@ -58,9 +55,11 @@ def check_parameters(parameters: object, where: str, key: str) -> dict:
     if not isinstance(parameters, dict) or parameters.get("type") != "object":
         raise _schema_error(where, key, 'a JSON Schema object with "type": "object" (the arguments are an object)',
                             parameters)
+    import jsonschema  # imported where used: only tool-using runs need it (not e.g. the GPU image's bench)
+
     try:
         jsonschema.validators.validator_for(parameters).check_schema(parameters)
-    except SchemaError as err:
+    except jsonschema.exceptions.SchemaError as err:
         at = "/".join(map(str, err.path))
         raise _schema_error(where, f"{key}{'/' + at if at else ''}",
                             f"a valid JSON Schema ({one_line(err.message, 200)})") from None
@@ -94,8 +93,10 @@ def check_tools_schema(tools: object, where: str, key: str = "tools") -> dict[st
 def argument_error(arguments: dict, parameters: dict) -> str | None:
     """Why ``arguments`` do not fit the ``parameters`` schema (the most relevant error, with where
     in the arguments it is), or None when they do."""
+    import jsonschema
+
     validator = jsonschema.validators.validator_for(parameters)(parameters)
-    error = best_match(validator.iter_errors(arguments))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
     if error is None:
         return None
     at = "/".join(map(str, error.absolute_path))

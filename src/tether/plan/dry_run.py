@@ -209,7 +209,8 @@ def _supervised_workload(cfg, stage: str, train: list, limit: int) -> Workload:
     return Workload(stage, micro_batch=max(1, o.batch_size // o.grad_accum_steps // _world()), seq=seq or limit,
                     response=resp or limit, precision=cfg.run.precision, dtype=cfg.model.dtype,
                     grad_ckpt=cfg.gradient_checkpointing,
-                    retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)) and settings_device(cfg) == "cpu")
+                    retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)) and settings_device(cfg) == "cpu",
+                    device=_allocator(cfg))
 
 
 def plan_supervised(cfg, stage: str, resume: bool = False) -> Plan:
@@ -307,7 +308,7 @@ def plan_rl(cfg, stage: str, resume: bool = False) -> Plan:
         grad_ckpt=cfg.gradient_checkpointing, entropy=cfg.rl.entropy_coef > 0,
         parallel_roles=bool(getattr(cfg.cpu, "parallel_roles", False)) and settings_device(cfg) == "cpu",
         retained_heap=bool(getattr(cfg.cpu, "retain_memory", False)) and settings_device(cfg) == "cpu",
-        captured_logprobs=captured_logprobs(cfg.rollout), decode_copy=_decode_copy(cfg)))
+        captured_logprobs=captured_logprobs(cfg.rollout), decode_copy=_decode_copy(cfg), device=_allocator(cfg)))
     for line in engine_class(cfg.rollout.engine).memory_lines(inputs.actor_params, human_bytes):
         plan.add("memory", line)  # what the generation engine adds (its own copy of the weights, a KV cache)
     if cfg.rollout.max_staleness:
@@ -330,6 +331,12 @@ def _decode_copy(cfg) -> int:
     if resolve_backend(cfg.cpu.linear_backend, autocast) != "onednn" or autocast == "fp16":
         return 0
     return 4
+
+
+def _allocator(cfg) -> str:
+    """How the memory model counts the run's peak: "cuda" (the caching allocator's live tensors) on a
+    CUDA device, else "cpu" (peak RSS)."""
+    return "cuda" if settings_device(cfg) == "cuda" else "cpu"
 
 
 def settings_device(cfg) -> str:

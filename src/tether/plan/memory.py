@@ -40,7 +40,9 @@ the file (clean pages: RSS counts them once, as weights). Calibrated against mea
 (CPU, torch 2.13, transformers 5.23; docs/scale.md has the table): ``tether bench --model`` PPO
 within 4 % (smollm2-135m fp32 and bf16, qwen2.5-0.5b LoRA + checkpointing + bf16), SFT
 (``benchmarks/memory_model.py --measure-sft``) within 7 % with the model's own logits and 10 %
-under with the chunked head, the CLI's PPO at the 0.5B shape 13 % under.
+under with the chunked head, the CLI's PPO at the 0.5B shape 13 % under. On CUDA
+(``Workload.device="cuda"``, against ``torch.cuda.max_memory_allocated``; docs/gpu.md): an H200's
+SFT step within 6 %, ``tether bench --model qwen2.5-0.5b`` PPO within 1 % and GRPO 7 % over.
 """
 
 from __future__ import annotations
@@ -196,9 +198,20 @@ def activation_bytes(shape: Shape, tokens: int, compute: int, checkpointing: boo
     back-propagated), and the embedding output and the final norm's input and output stay (3 ×
     hidden × residual).
     """
+    kept, working = activation_split(shape, tokens, compute, checkpointing, residual)
+    return kept + working
+
+
+def activation_split(shape: Shape, tokens: int, compute: int, checkpointing: bool, residual: int = 4) -> tuple[int, int]:
+    """:func:`activation_bytes` as (kept, working): what the forward leaves for the backward (every
+    layer's activations, or each layer's input under checkpointing, and the embedding output and
+    the final norm's input and output) and the trunk's backward working set (one layer's gradients,
+    plus the recomputed layer under checkpointing), which exists only once the head's backward is done."""
     layer = layer_activation_bytes(shape, tokens, compute, residual)
-    kept = shape.layers * tokens * shape.hidden * residual + layer if checkpointing else shape.layers * layer
-    return kept + layer + 3 * tokens * shape.hidden * residual
+    ends = 3 * tokens * shape.hidden * residual
+    if checkpointing:
+        return shape.layers * tokens * shape.hidden * residual + ends, 2 * layer
+    return shape.layers * layer + ends, layer
 
 
 def inference_activation_bytes(shape: Shape, tokens: int, compute: int, residual: int = 4) -> int:
@@ -223,12 +236,16 @@ def head_bytes(positions: int, vocab: int, grad: bool, entropy: bool = False, ch
     return per * n * vocab * 4
 
 
-def sft_head_bytes(positions: int, vocab: int, compute: int) -> int:
+def sft_head_bytes(positions: int, vocab: int, compute: int, device: str = "cpu") -> int:
     """SFT's head over every position (the model's own ``.logits``, then fp32 log-probs): the
     logits in ``compute`` bytes, their fp32 copy (none when already fp32) and logsumexp's exp
     temporary in the forward; the backward adds the fp32 gradient, a temporary and the sliced
-    gradient's full-size copy (and its cast back when the logits were half)."""
+    gradient's full-size copy (and its cast back when the logits were half). On CUDA (fused
+    logsumexp, and the allocator reuses what was freed) two fp32 [positions, V] buffers at once
+    (measured on an H200: tests/gpu/test_gpu_memory.py, docs/gpu.md)."""
     fp32 = 4 * positions * vocab
+    if device == "cuda":
+        return 2 * fp32
     half = compute * positions * vocab if compute != 4 else 0
     return 4 * fp32 + 2 * half
 
@@ -290,6 +307,10 @@ class Workload:
     #: their own glibc arenas, which cannot reuse what the main thread's rollout and log-prob passes freed.
     retained_heap: bool = False
     decode_copy: int = 0  # bytes per packed weight of the decode loop's oneDNN linears (:func:`decode_copy_bytes`)
+    #: "cpu": peak RSS, where what a step frees stays mapped, so its transients add up; "cuda": the
+    #: caching allocator's live tensors, where the trunk's backward working set reuses what the
+    #: head's backward freed (the update counts the larger of the two, not both).
+    device: str = "cpu"
     passes: Passes | None = None
 
     def __post_init__(self):
@@ -312,8 +333,13 @@ def _pass(shape: Shape, run: Workload, role: RoleSize, tokens: int, head: int, g
     compute = DTYPE_BYTES[run.precision] if run.precision not in (None, "none", "fp32") else DTYPE_BYTES[run.dtype]
     weight = DTYPE_BYTES[run.dtype]
     residual = weight  # fp32 master weights keep the residual stream fp32 under autocast
-    acts = (activation_bytes(shape, tokens, compute, run.grad_ckpt, residual) if grad
-            else inference_activation_bytes(shape, tokens, compute, residual))
+    if not grad:
+        acts = inference_activation_bytes(shape, tokens, compute, residual)
+    elif run.device == "cuda":  # the head's buffers and the trunk's backward working set: the larger
+        kept, working = activation_split(shape, tokens, compute, run.grad_ckpt, residual)
+        acts = kept + max(working - head, 0)
+    else:
+        acts = activation_bytes(shape, tokens, compute, run.grad_ckpt, residual)
     casts = autocast_copy_bytes(shape, role, grad, run.grad_ckpt, compute, weight)
     if run.passes and run.passes.head == "tokens" and not run.logprob_chunk and compute != weight:
         # the model's own LM head over every position: autocast casts its weight too
@@ -383,7 +409,7 @@ def _supervised_transients(shape: Shape, trained: RoleSize, run: Workload) -> di
     tokens = passes.sequences * micro * run.seq
     if passes.head == "tokens":  # every position: SFT through tether.models.forward.sequence_logprobs
         positions = micro * (run.seq - 1)
-        head = head_bytes(positions, v, True, False, chunk) if chunk else sft_head_bytes(positions, v, _compute(run))
+        head = head_bytes(positions, v, True, False, chunk) if chunk else sft_head_bytes(positions, v, _compute(run), run.device)
     elif passes.head == "score":  # a scalar head at the last token only
         head = 0
     else:  # log-probs at the response positions

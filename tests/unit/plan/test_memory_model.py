@@ -227,3 +227,22 @@ def test_rl_phases_and_the_peak():
     assert threads["update"]["gradients"] == (roles["actor"].trained + roles["critic"].trained) * 4
     chunked = predict_peak(SHAPE, roles, Workload("ppo", 2, 4, prompt=6, response=4, logprob_chunk=2))
     assert chunked["phases"]["update"]["logits"] == head_bytes(8, 100, True, chunk=2) == 5 * 2 * 100 * 4
+
+
+def test_sft_peak_on_cuda_by_hand():
+    # The caching allocator reuses what the head's backward freed: the update counts what the forward
+    # kept plus the larger of the head's buffers (two fp32 [4, 100]: 3,200 B) and the trunk's backward
+    # working set, not both. Same 5-token example as above: one layer keeps 5 x 1,216 B.
+    layer, ends = 5 * 1216, 3 * 5 * 16 * 4
+    run = Workload("sft", micro_batch=1, seq=5, device="cuda")
+    split = predict_peak(SHAPE, {"policy": RoleSize(trained=1000)}, run, baseline=0)["split"]
+    assert split["logits"] == 2 * 4 * 100 * 4
+    assert split["activations"] + split["logits"] == (2 * layer + ends) + max(layer, 3200) == 19_200
+    assert split["total"] == 4000 + 4000 + 8000 + 19_200
+    # Checkpointing: each layer's input kept (2 x 5 x 16 x 4 B); working: the recomputed layer and its backward.
+    ckpt = predict_peak(SHAPE, {"policy": RoleSize(trained=1000)},
+                        Workload("sft", micro_batch=1, seq=5, grad_ckpt=True, device="cuda"), baseline=0)["split"]
+    assert ckpt["activations"] + ckpt["logits"] == (640 + ends) + max(2 * layer, 3200) == 13_760
+    cpu = predict_peak(SHAPE, {"policy": RoleSize(trained=1000)},
+                       Workload("sft", micro_batch=1, seq=5, grad_ckpt=True), baseline=0)["split"]
+    assert cpu["activations"] + cpu["logits"] == (640 + ends) + 2 * layer + 4 * 4 * 100 * 4  # RSS: they add up

@@ -4,7 +4,8 @@ The KL to the reference is a loss term with the k3 estimator (the paper's eq. 4)
 sequence-level penalty in the reward (``kl.placement``); the clipped ratio has separate lower
 and upper clip (DAPO's clip-higher); the loss is aggregated per ``policy_loss.aggregation``.
 With ``group.advantage=process`` the advantage is per step instead (process supervision, sec.
-4.1.3, :func:`tether.algos.process.process_advantages`): an episode's turns are its steps."""
+4.1.3, :func:`tether.algos.process.process_advantages`): an episode's turns are its steps, and so
+are a process reward model's (a ``prm`` reward term's rewards at the steps' last tokens)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ class GRPO(CriticFree):
         shaped = sequence_kl_penalty(scores, kl, mask, beta)
         g = self.samples_per_prompt
         if self.cfg.group.advantage == "process":
-            # Each turn a step: its reward on its last token, the (KL-shaped) score added on the last one.
-            ends = turn_ends(mask)
+            # Each turn a step, and each token with a reward of its own (a PRM's step end): its reward
+            # there, the (KL-shaped) score added on the last token. A step reward of exactly 0 off a
+            # turn's end is indistinguishable from none, and is not counted as a step.
             steps = zero_padding(rollout.token_rewards.to(shaped), mask) if rollout.token_rewards is not None \
                 else torch.zeros_like(mask, dtype=shaped.dtype)
+            ends = turn_ends(mask) | (steps != 0)
             steps = steps.scatter_add(1, last_token_index(mask)[:, None], shaped[:, None])
             advantages = process_advantages(steps, ends, mask, g, self.cfg.group.scale_by_std)
         else:

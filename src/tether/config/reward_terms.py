@@ -45,6 +45,14 @@ class RewardTermConfig:
     length_target: int = option(0, "Response tokens free of the length penalty.", ge=0)
     regex: str | None = option(None, "Built-in: a Python regular expression; score 1.0 when re.search finds it in "
                                      "the response text, else 0.0.")
+    prm: str | None = option(None, "A process reward model (`tether prm`'s checkpoint, its step_separator in its "
+                                   "config.json): a reward at every step's end (prm_reward). PPO (and GRPO with "
+                                   "group.advantage=process) take these step rewards at their tokens; the other "
+                                   "algorithms their sum as the term's score. docs/process.md.", path=True)
+    prm_reward: Literal["log_prob", "logit"] = option(
+        "log_prob", "A prm step's reward: log sigmoid(s) of the PRM's logit s (<= 0; summed over the steps, the log "
+                    "of the product of the step probabilities, which no extra step can raise), or the logit s "
+                    "itself (a step the PRM likes is then worth adding: PPO learned to insert steps on the demo).")
     judge: JudgeConfig = section(JudgeConfig, "An LLM judge scoring each response by a rubric over an OpenAI-"
                                               "compatible endpoint (RLAIF); selected by judge.url. docs/judges.md.")
     normalize: bool = option(False, "Standardise this term by its running mean and std (every batch so far) "
@@ -98,6 +106,8 @@ class RewardTermConfig:
             inert.append(("length_target", "with no length_penalty"))
         if not self.kind:
             inert.append(("args", "with no kind (they are a plugin kind's settings)"))
+        if not self.prm:
+            inert.append(("prm_reward", "with no prm (it is a process reward model's step reward)"))
         if self.limit is None:
             inert += [(leaf, "with no limit (it is a cost constraint's setting)")
                       for leaf in ("multiplier_lr", "multiplier_max", "multiplier_init")]

@@ -52,7 +52,8 @@ class RewardSourceConfig:
         help="A composed reward instead of one source: a list of terms, the score sum_i weight_i * term_i, each "
              "term's raw score logged as reward/<name>. A term has a name, a weight (default 1) and exactly one "
              "source: models (+ combine, std_coef), callable, url (+ api_key), length_penalty (+ length_target: "
-             "-length_penalty per response token beyond it) or regex (1 if it matches the response text, else 0). "
+             "-length_penalty per response token beyond it), regex (1 if it matches the response text, else 0) or "
+             "prm (a process reward model's step scores). "
              "Excludes reward.models, reward.callable and reward.url; normalize, clip and eos_penalty apply to the "
              "sum.",
     )
@@ -96,7 +97,8 @@ class RewardSourceConfig:
         model term's (``reward.terms[i].models``), in order."""
         if not self.terms:
             return [(path, "reward.models") for path in self.models]
-        return [(path, f"reward.terms[{i}].models") for i, term in enumerate(self.terms) for path in term.models]
+        models = [(path, f"reward.terms[{i}].models") for i, term in enumerate(self.terms) for path in term.models]
+        return models + [(term.prm, f"reward.terms[{i}].prm") for i, term in enumerate(self.terms) if term.prm]
 
 
 @dataclass(frozen=True)

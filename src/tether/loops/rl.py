@@ -132,7 +132,7 @@ class RLTrainer:
         with timer("values"):
             values = self.critic.values(rollout) if self.critic is not None else None
         with timer("reward"):
-            raw, term_stats = score_rollout(self.reward, rollout, self.cfg, logp.device, self.objectives)
+            raw, term_stats, rollout = score_rollout(self.reward, rollout, self.cfg, logp.device, self.objectives)
         with timer("advantages"):
             score = raw if self.reward is None else with_episode_rewards(
                 shape_scores(raw, rollout.ended, self.normalize, self.cfg), rollout, reads_dense_rewards(self.cfg))

@@ -23,7 +23,8 @@ from tether.loops.reward_objectives import RewardObjectives
 from tether.registry.rewards import kind_of
 from tether.common.targets import import_callable
 from tether.rollout import SamplingParams
-from tether.types import Experience
+from tether.algos.masked import zero_padding
+from tether.types import Experience, Rollout
 from tether.common.runtime import rank_seed
 
 
@@ -130,23 +131,45 @@ class ScoreNormalizer:
         self.moments.load_state_dict(state["moments"])
 
 
-def score_rollout(reward, rollout, cfg: RLConfig, device,
-                  objectives: RewardObjectives | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def score_rollout(reward, rollout, cfg: RLConfig, device, objectives: RewardObjectives | None = None
+                  ) -> tuple[torch.Tensor, dict[str, float], Rollout]:
     """The reward role's (B,) raw scores of ``rollout`` in float32 on ``device``: every source answers
     its terms' scores ((B, T) from one ``score_terms`` call; one term for a single source), combined
     by ``objectives`` (the run's, with its state; a fixed-weight sum without one), or zeros without a
     reward role; with
     ``reward.terms``, each term's batch mean ``reward/<name>``, the objectives' and constraints'
-    stats, and what each reporting term (a judge) did this batch."""
+    stats, and what each reporting term (a judge) did this batch; and the rollout, with the dense
+    terms' weighted rewards (a PRM's step scores) added to its ``token_rewards`` where the algorithm
+    reads rewards per token (:func:`reads_dense_rewards`); those terms are then left out of the score."""
     if reward is None:  # an algorithm trained without a reward (its registry entry's needs_reward)
-        return torch.zeros(len(rollout.responses), device=device), {}
+        return torch.zeros(len(rollout.responses), device=device), {}, rollout
     objectives = objectives if objectives is not None else RewardObjectives(cfg.reward.terms)
-    per_term = reward.score_terms(rollout)
-    score, stats = objectives(per_term)
+    dense = dense_term_columns(cfg) if reads_dense_rewards(cfg) else []
+    if dense:
+        per_term, tokens = reward.score_terms_and_tokens(rollout)
+        rollout = with_token_rewards(rollout, tokens)
+        score, stats = objectives(per_term.index_fill(1, torch.tensor(dense), 0.0))
+    else:
+        per_term = reward.score_terms(rollout)
+        score, stats = objectives(per_term)
     logged = term_means(per_term, objectives.names) if cfg.reward.terms else {}
     if reward_reports(cfg):
         logged.update(reward.metrics())
-    return score.to(device), {**logged, **stats}
+    return score.to(device), {**logged, **stats}, rollout
+
+
+def dense_term_columns(cfg: RLConfig) -> list[int]:
+    """The ``reward.terms`` whose kind gives rewards at token positions (its registry entry's ``dense``)."""
+    return [i for i, term in enumerate(cfg.reward.terms) if kind_of(term, f"reward.terms[{i}]").dense]
+
+
+def with_token_rewards(rollout: Rollout, tokens: torch.Tensor) -> Rollout:
+    """``rollout`` with (B, A) ``tokens`` added to its ``token_rewards`` (an environment's per-turn
+    rewards, when it has them), 0 off the sampled tokens."""
+    tokens = zero_padding(tokens.float(), rollout.loss_mask.to(tokens.device).bool())
+    if rollout.token_rewards is not None:
+        tokens = rollout.token_rewards.to(tokens) + tokens
+    return dataclasses.replace(rollout, token_rewards=tokens)
 
 
 def reward_reports(cfg: RLConfig) -> bool:

@@ -152,6 +152,20 @@ def plan_model_reward(reward, key: str, role: str, cfg, tokenizer, roles: RoleCh
         roles.lines.append(f"           an ensemble of {len(reward.models)}, combined by {reward.combine}")
 
 
+def plan_process_reward(term, key: str, role: str, cfg, tokenizer, roles: RoleChecks) -> None:
+    """The PRM checked as :func:`tether.roles.sources.build_process_reward` loads it (its step
+    separator one token of the policy's tokenizer), sized as role ``role``."""
+    from tether.roles.process_reward import separator_of
+
+    model = meta_models.scalar_model(term.prm, f"{key}.prm", cfg, tokenizer)
+    separator_of(model.config, term.prm, f"{key}.prm", tokenizer)
+    roles.add(term.prm, model)
+    shape = shape_of(model)
+    roles.sizes[role] = RoleSize(frozen=shape.params)
+    roles.lines.append(f"{roles.head} {term.prm}: {shape.architecture}, {shape.params:,} parameters, frozen; a process "
+                       f"reward model, steps ending at {model.config.step_separator!r}")
+
+
 def _critic(cfg, tokenizer, actor_model, roles: RoleChecks):
     """The separate critic model as the run loads it (None without one)."""
     from tether.roles.sources import critic_source

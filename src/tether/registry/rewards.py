@@ -57,6 +57,10 @@ class RewardKindSpec:
     logs: str = ""
     #: Its source answers ``metrics()`` (what it did since the last call), logged every iteration.
     reports: bool = False
+    #: Its source also answers ``token_scores(rollout) -> (B, A)``, rewards at token positions (a
+    #: PRM's at step ends) whose sum per row is its ``score``: an algorithm that reads dense rewards
+    #: (PPO's GAE) takes them where they fall (tether.loops.rl_setup.score_rollout).
+    dense: bool = False
 
     def builder(self):
         return import_callable(self.build, f"the reward kind {self.name!r}")
@@ -144,6 +148,10 @@ register_reward_kind(RewardKindSpec(
     "url", "tether.roles.sources:build_remote_reward", "tether.plan.rl_inputs:plan_remote_reward",
     "a reward server (POST /v1/rewards, `tether serve --reward-model`)", ("api_key",),
     logs="the server's failures are errors naming the url"))
+register_reward_kind(RewardKindSpec(
+    "prm", "tether.roles.sources:build_process_reward", "tether.plan.rl_inputs:plan_process_reward",
+    "a process reward model (`tether prm`): a reward at every step's end (log sigmoid of its logit, or the "
+    "logit), dense where the algorithm reads rewards per token, their sum otherwise", ("prm_reward",), loads_models=True, dense=True))
 register_reward_kind(RewardKindSpec(
     "length_penalty", "tether.roles.sources:build_length_penalty", "tether.plan.rl_inputs:plan_length_penalty",
     "-coef per response token beyond length_target", ("length_target",)))

@@ -48,10 +48,9 @@ def response_logprobs(rollout: Rollout, per_sequence: list[list[float | None]]) 
     for b, values in enumerate(per_sequence):
         real = rollout.attention_mask[b].bool()
         index = torch.cumsum(real.long(), 0) - 1  # a real position's index among the row's real tokens
-        for t in range(P, rollout.sequences.shape[1]):
-            if real[t]:
-                value = values[int(index[t])]
-                out[b, t - P] = 0.0 if value is None else float(value)
+        columns = real[P:].nonzero().squeeze(1)  # the row's real response positions
+        row = torch.tensor([0.0 if v is None else float(v) for v in values], dtype=torch.float32)
+        out[b, columns] = row[index[P:][columns]]
     return out
 
 

@@ -47,6 +47,11 @@ class SourceTerms(OneTerm):
     def score(self, rollout: Rollout) -> Tensor:
         return self.source.score(rollout)
 
+    @rows
+    def token_scores(self, rollout: Rollout) -> Tensor:
+        """A dense kind's (B, A) rewards at token positions, as its source gives them."""
+        return self.source.token_scores(rollout)
+
 
 def as_reward_source(source) -> RewardSource:
     """``source`` answering :class:`RewardSource` in full (wrapped when it has only ``score``)."""

@@ -47,10 +47,12 @@ class RegexReward(OneTerm):
 class ComposedReward:
     """Terms ``(name, weight, source)``: ``score`` = sum_t weight_t * term_t, (B,)."""
 
-    def __init__(self, terms: list[tuple[str, float, RewardSource]]):
+    def __init__(self, terms: list[tuple[str, float, RewardSource]], dense: list[bool] | None = None):
         self.names = [name for name, _, _ in terms]
         self.weights = [weight for _, weight, _ in terms]
         self.sources = [source for _, _, source in terms]
+        #: Which terms give rewards at token positions (their kind's registry entry's ``dense``).
+        self.dense = dense if dense is not None else [bool(getattr(s, "dense", False)) for s in self.sources]
 
     @rows
     def score_terms(self, rollout: Rollout) -> Tensor:
@@ -60,6 +62,21 @@ class ComposedReward:
     @rows
     def score(self, rollout: Rollout) -> Tensor:
         return combine_terms(self.score_terms(rollout), self.weights)
+
+    @rows
+    def score_terms_and_tokens(self, rollout: Rollout) -> tuple[Tensor, Tensor]:
+        """((B, T) each term's raw score, as :meth:`score_terms`; (B, A) the weighted sum of the dense
+        terms' rewards at token positions, sum_t weight_t * token_scores_t), float32 on the CPU, with one
+        pass of each source. A dense term's raw score is its rewards' sum per row."""
+        columns, tokens = [], torch.zeros(rollout.response_ids.shape, dtype=torch.float32)
+        for weight, source, dense_kind in zip(self.weights, self.sources, self.dense):
+            if dense_kind:
+                dense = source.token_scores(rollout).detach().float().cpu()
+                tokens = tokens + weight * dense
+                columns.append(dense.sum(dim=1))
+            else:
+                columns.append(source.score(rollout).detach().float().cpu())
+        return torch.stack(columns, dim=1), tokens
 
     def metrics(self) -> dict[str, float]:
         """What each reporting term (a judge) did since the last call, merged (each names its own keys)."""

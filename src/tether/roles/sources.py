@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tether.config import RLConfig
 from tether.engines import EngineSettings, InferenceEngine
-from tether.common.errors import ModelError
+from tether.common.errors import ConfigError, ModelError
 from tether.models import load_scalar_model, load_tokenizer
 from tether.models.loading import has_tokenizer_files
 from tether.roles.reward import CallableReward, EnsembleReward, ModelReward, RewardSource, as_reward_source
@@ -96,11 +96,18 @@ def build_reward(cfg: RLConfig, tokenizer, settings: EngineSettings) -> RewardSo
                             cfg.samples_per_prompt)
     if not cfg.reward.terms:
         return as_reward_source(kind_of(cfg.reward, "reward").builder()(cfg.reward, "reward", context))
-    terms = []
+    terms, dense = [], []
     for i, term in enumerate(cfg.reward.terms):
         key = f"reward.terms[{i}]"
-        terms.append((term.name, term.weight, as_reward_source(kind_of(term, key).builder()(term, key, context))))
-    return ComposedReward(terms)
+        kind = kind_of(term, key)
+        source = kind.builder()(term, key, context)
+        if kind.dense and not callable(getattr(source, "token_scores", None)):
+            raise ConfigError(f"Config key '{key}' ({term.name}): reward kind {kind.name!r} is registered as dense "
+                              "(rewards at token positions), but its source has no token_scores(rollout) method; "
+                              "expected one returning (B, A) rewards, or register the kind without dense=True.")
+        terms.append((term.name, term.weight, as_reward_source(source)))
+        dense.append(kind.dense)
+    return ComposedReward(terms, dense)
 
 
 def build_callable_reward(spec, key: str, context: RewardContext) -> RewardSource:
@@ -176,6 +183,19 @@ def build_model_reward(spec, key: str, context: RewardContext) -> RewardSource:
     if len(members) == 1:
         return members[0]
     return EnsembleReward(members, spec.combine, spec.std_coef)
+
+
+def build_process_reward(term, key: str, context: RewardContext) -> RewardSource:
+    """The ``prm`` kind: a process reward model scoring every step (:mod:`tether.roles.process_reward`)."""
+    from tether.models.loading import load_model_config
+    from tether.roles.process_reward import ProcessReward, separator_of
+
+    config = load_model_config(term.prm, f"{key}.prm")
+    separator = separator_of(config, term.prm, f"{key}.prm", context.tokenizer)
+    model = load_scalar_model(term.prm, context.tokenizer, context.dtype, key=f"{key}.prm",
+                              attn_implementation=context.attn_implementation)
+    return ProcessReward(InferenceEngine(model, context.settings.device, context.settings.precision), separator,
+                         term.prm, term.prm_reward)
 
 
 def build_length_penalty(spec, key: str, context: RewardContext) -> RewardSource:

@@ -65,7 +65,7 @@ def test_outcome_supervision_adds_the_episode_total_and_process_reads_the_turns_
 
 
 @pytest.mark.parametrize("extra, needle", [
-    ([], "environment.kind is none"),
+    ([], "there is neither"),
     (["algorithm=rloo", *EPISODES], "'group.advantage' = process is set with algorithm=rloo, which does not read"),
 ])
 def test_process_supervision_is_refused_where_it_would_do_nothing(extra, needle):

@@ -60,8 +60,9 @@ def test_composed_scores_each_term_and_their_weighted_sum():
     torch.testing.assert_close(reward.score(ro), COMBINED)
 
 
-def test_both_methods_are_declared_by_rows():
-    assert declarations({"reward": composed()})["reward"] == {"score": ROWS, "score_terms": ROWS}
+def test_its_methods_are_declared_by_rows():
+    assert declarations({"reward": composed()})["reward"] == {"score": ROWS, "score_terms": ROWS,
+                                                               "score_terms_and_tokens": ROWS}
 
 
 def test_the_loop_helper_gives_the_sum_and_each_terms_mean():
@@ -70,7 +71,7 @@ def test_the_loop_helper_gives_the_sum_and_each_terms_mean():
         r"reward.terms=[{name: answer, callable: 'm:f'}, {name: length, length_penalty: 0.5, length_target: 4, "
         r"weight: 2}, {name: polite, regex: '^(sure|ok)\b', weight: 0.1}]"])
     proxy = role(LocalPlacement({"reward": composed()}), "reward")
-    raw, stats = score_rollout(proxy, rollout(), cfg, "cpu")
+    raw, stats, _ = score_rollout(proxy, rollout(), cfg, "cpu")
     torch.testing.assert_close(raw, COMBINED)
     assert stats == pytest.approx({"reward/answer": 0.25, "reward/length": -0.375, "reward/polite": 0.5})
 
@@ -79,7 +80,7 @@ def test_without_terms_the_helper_is_the_plain_score():
     cfg = load_config(RLConfig, None, ["model.name_or_path=m", "prompts=p", "reward.callable=m:f",
                                         "critic.init=policy"])
     proxy = role(LocalPlacement({"reward": CallableReward(last_is_seven)}), "reward")
-    raw, stats = score_rollout(proxy, rollout(), cfg, "cpu")
+    raw, stats, _ = score_rollout(proxy, rollout(), cfg, "cpu")
     assert raw.tolist() == [0.0, 1.0, 0.0, 0.0] and stats == {}
 
 

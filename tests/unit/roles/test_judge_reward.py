@@ -114,7 +114,7 @@ def test_a_config_term_builds_the_judge_and_the_loop_logs_what_it_did(server, tm
     cfg = config(server.url, tmp_path, rubric=str(rubric), timeout_s=0.3)
     reward = build_reward(cfg, tokenizer=None, settings=None)
     proxy = role(LocalPlacement({"reward": reward}), "reward")
-    raw, stats = score_rollout(proxy, rollout(["great answer", "meh answer"]), cfg, "cpu")
+    raw, stats, _ = score_rollout(proxy, rollout(["great answer", "meh answer"]), cfg, "cpu")
     assert raw.tolist() == [9.0, 3.0]
     assert stats["reward/helpful"] == 6.0 and stats["judge/helpful/judged"] == 2
     assert stats["judge/helpful/failure_rate"] == 0.0

@@ -27,6 +27,7 @@ def test_gold_labels_and_judges_by_hand(response, labels, gold, right):
     assert judge.gold_score(PROMPT, response) == gold
     assert judge.is_correct(PROMPT, response) is right
     assert judge.gold_score(PROMPT, response, ended=False) == 0.0
+    assert judge.answer_score(PROMPT, response) == float(right) and judge.answer_score(PROMPT, response, False) == 0.0
 
 
 def test_problems_and_chat_prompts():
@@ -82,3 +83,14 @@ def test_the_presets_load_and_point_at_the_task(name, cls):
     cfg = config.load_config(getattr(config, cls), Path(__file__).parents[3] / "configs" / "demo" / f"{name}.yaml")
     assert cfg.run.out.startswith("runs/steps/") and cfg.data.train.startswith("runs/steps/task/")
     assert getattr(cfg, "step_separator", world.SEPARATOR) == world.SEPARATOR
+
+
+@pytest.mark.parametrize("name, term", [("steps_ppo", "prm"), ("steps_ppo_rm", "models")])
+def test_the_ppo_presets_load_with_their_reward(name, term):
+    from pathlib import Path
+
+    from tether.config import RLConfig, load_config
+
+    cfg = load_config(RLConfig, Path(__file__).parents[3] / "configs" / "demo" / f"{name}.yaml")
+    assert cfg.algorithm == "ppo" and cfg.prompts.startswith("runs/steps/task/")
+    assert getattr(cfg.reward.terms[0], term) and cfg.reward.terms[1].weight == 0

@@ -32,3 +32,9 @@ def gold_score(prompt, response: str, ended: bool = True) -> float:
 def gold_reward(prompts: list, responses: list[str]) -> list[float]:
     """``reward.callable``'s form: final-answer correctness, 1.0 or 0.0."""
     return [float(is_correct(p, r)) for p, r in zip(prompts, responses)]
+
+
+def answer_score(prompt, response: str, ended: bool = True) -> float:
+    """``tether eval --judge``'s form of final-answer correctness: 1.0 when the response ended and
+    its last number is the answer, else 0.0."""
+    return float(ended and is_correct(prompt, response))

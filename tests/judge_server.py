@@ -44,7 +44,7 @@ class FakeJudge:
                     judge.most = max(judge.most, judge.in_flight)
                 try:
                     if "slow" in text:
-                        time.sleep(1.0)
+                        time.sleep(3.0)
                     time.sleep(judge.delay)
                     if "garbage" in text:
                         return self.send(200, b"<html>not json")

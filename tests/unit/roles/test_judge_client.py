@@ -24,7 +24,7 @@ def ask(text: str) -> list[dict]:
 
 
 def test_every_failure_is_counted_by_kind_and_answered_none(judge):
-    client = JudgeClient(judge.url, "judge-1", timeout_s=0.3, retries=1, backoff=0.01, key="reward.judge")
+    client = JudgeClient(judge.url, "judge-1", timeout_s=1.0, retries=1, backoff=0.01, key="reward.judge")
     answers = client.ask([ask("fine"), ask("slow"), ask("garbage"), ask("error"), ask("bodyless")])
     assert answers[0] == "Score: 7 (fine)" and answers[1:] == [None] * 4
     s = client.stats

@@ -53,7 +53,7 @@ def rollout(responses) -> Rollout:
 
 def judge(server, on_failure="fallback", max_failure_rate=1.0, mode="pointwise", rubric=RUBRIC,
           group_size=1) -> JudgeReward:
-    c = JudgeClient(server.url, "judge-1", timeout_s=0.3, retries=0, backoff=0.01, key="reward.terms[0].judge")
+    c = JudgeClient(server.url, "judge-1", timeout_s=1.0, retries=0, backoff=0.01, key="reward.terms[0].judge")
     return JudgeReward(c, rubric, mode, mode_pattern(mode), ScoreFormat(low=1, high=10), on_failure, max_failure_rate,
                        name="helpful", key="reward.terms[0].judge", group_size=group_size)
 
@@ -111,7 +111,7 @@ def config(url: str, tmp_path, **judge_keys) -> RLConfig:
 def test_a_config_term_builds_the_judge_and_the_loop_logs_what_it_did(server, tmp_path):
     rubric = tmp_path / "rubric.txt"
     rubric.write_text(RUBRIC)
-    cfg = config(server.url, tmp_path, rubric=str(rubric), timeout_s=0.3)
+    cfg = config(server.url, tmp_path, rubric=str(rubric), timeout_s=1.0)
     reward = build_reward(cfg, tokenizer=None, settings=None)
     proxy = role(LocalPlacement({"reward": reward}), "reward")
     raw, stats, _ = score_rollout(proxy, rollout(["great answer", "meh answer"]), cfg, "cpu")

@@ -1,14 +1,18 @@
-"""PPO on the multi-step demo task: the process reward model's dense step rewards (in its two
-forms, the logit and log sigmoid of it) against the outcome reward model's one score per response,
-over seeds.
+"""RL on the multi-step demo task: the process reward model's step rewards against the outcome
+reward model's one score per response, over seeds; PPO (the PRM's two forms, the logit and log
+sigmoid of it, as dense rewards) or GRPO (process supervision, and the PRM's sum as one score).
 
     python benchmarks/steps_ppo_demo.py --steps runs/steps --out benchmarks/results/steps-ppo --jobs 2
+    python benchmarks/steps_ppo_demo.py --algorithm grpo --steps runs/steps --out benchmarks/results/steps-grpo --jobs 2
 
 ``--steps``: a directory holding the task (``task/``, `python -m tether.tasks.steps.build`), its SFT
 model (``sft/``), a PRM (``prm/``, `tether prm --config configs/demo/steps_prm.yaml`) and an outcome
 reward model (``rm/``, `tether rm --config configs/demo/steps_rm.yaml`). For each seed the script
 runs ``tether ppo`` with ``configs/demo/steps_ppo.yaml`` (the PRM: ``prm`` with ``prm_reward: logit``,
-``prm_log_prob`` with ``log_prob``) and ``configs/demo/steps_ppo_rm.yaml`` (``outcome_rm``), then
+``prm_log_prob`` with ``log_prob``) and ``configs/demo/steps_ppo_rm.yaml`` (``outcome_rm``); with
+``--algorithm grpo``, ``tether grpo`` with ``configs/demo/steps_grpo.yaml`` (``prm_process``:
+group.advantage=process; ``prm_sum``: the PRM's sum as the score, group.advantage=outcome;
+``outcome_rm``), then
 
 - evaluates each final policy on the 256 held-out problems (4 samples each) with ``tether eval``:
   process gold (share of correct steps, ``tether.tasks.steps.judge:gold_score``) and final-answer
@@ -29,16 +33,23 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESETS = {"prm": "configs/demo/steps_ppo.yaml", "prm_log_prob": "configs/demo/steps_ppo.yaml",
-           "outcome_rm": "configs/demo/steps_ppo_rm.yaml"}
-PRMS = ("prm", "prm_log_prob")
+#: algorithm -> run -> (preset, reward: prm_reward or "outcome_rm", extra overrides). Every run but
+#: outcome_rm is compared with outcome_rm.
+RUNS = {
+    "ppo": {"prm": ("configs/demo/steps_ppo.yaml", "logit", ()),
+            "prm_log_prob": ("configs/demo/steps_ppo.yaml", "log_prob", ()),
+            "outcome_rm": ("configs/demo/steps_ppo_rm.yaml", "outcome_rm", ())},
+    "grpo": {"prm_process": ("configs/demo/steps_grpo.yaml", "log_prob", ()),
+             "prm_sum": ("configs/demo/steps_grpo.yaml", "log_prob", ("group.advantage=outcome",)),
+             "outcome_rm": ("configs/demo/steps_grpo.yaml", "outcome_rm", ("group.advantage=outcome",))},
+}
 
 
-def reward_terms(kind: str, steps: Path) -> str:
-    if kind == "outcome_rm":
+def reward_terms(reward: str, steps: Path) -> str:
+    if reward == "outcome_rm":
         main = f"{{name: outcome, models: [{steps / 'rm'}]}}"
     else:
-        main = f"{{name: steps, prm: {steps / 'prm'}, prm_reward: {'log_prob' if kind == 'prm_log_prob' else 'logit'}}}"
+        main = f"{{name: steps, prm: {steps / 'prm'}, prm_reward: {reward}}}"
     return f"reward.terms=[{main}, {{name: answer, callable: 'tether.tasks.steps.judge:gold_reward', weight: 0}}]"
 
 
@@ -64,6 +75,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/steps-ppo"))
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--algorithm", choices=sorted(RUNS), default="ppo")
     ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. rl.iterations=100")
     args = ap.parse_args()
     steps, out = args.steps.resolve(), args.out.resolve()
@@ -75,17 +87,19 @@ def main() -> None:
     from tether.eval.seeds import over_seeds
 
     seeds = [int(s) for s in args.seeds.split(",")]
+    runs = RUNS[args.algorithm]
+    compared = [kind for kind in runs if kind != "outcome_rm"]
     commands = {}
     for seed in seeds:
-        for kind, preset in PRESETS.items():
+        for kind, (preset, reward, extra) in runs.items():
             run_dir = out / f"seed{seed}" / kind
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             if (run_dir / "config.json").exists():
                 continue
-            argv = ["ppo", "--config", str(ROOT / preset), f"run.out={run_dir}", f"run.seed={seed}",
+            argv = [args.algorithm, "--config", str(ROOT / preset), f"run.out={run_dir}", f"run.seed={seed}",
                     "run.overwrite=true", "run.progress=false", f"model.name_or_path={sft}",
                     f"prompts={task / 'rl_prompts.jsonl'}", f"eval.prompts={task / 'eval_prompts.jsonl'}",
-                    reward_terms(kind, steps), *args.overrides]
+                    reward_terms(reward, steps), *extra, *args.overrides]
             commands[seed, kind] = (argv, run_dir.parent / f"{kind}.log", run_dir)
     run_methods(commands, args.jobs)
 
@@ -95,7 +109,7 @@ def main() -> None:
     per_seed = {}
     for seed in seeds:
         gold_curves, answer_curves, row = {}, {}, {}
-        for kind in PRESETS:
+        for kind in runs:
             run_dir = out / f"seed{seed}" / kind
             gold_curves[kind] = curve(run_dir, "eval/gold_score", "eval/kl", sft_gold["gold_score"])
             answer_curves[kind] = curve(run_dir, "reward/answer", "objective/kl", None)
@@ -104,7 +118,7 @@ def main() -> None:
                               run_dir.parent / f"{kind}_answer.json")
             row[kind] = {"gold_score": gold["gold_score"], "answer_accuracy": answer["gold_score"], "kl": gold["kl"],
                          "length": gold["length_mean"]}
-        for kind in PRMS:  # each PRM run against the outcome RM's, at the KL both reached
+        for kind in compared:  # each PRM run against the outcome RM's, at the KL both reached
             pair = ("outcome_rm", kind)
             target, golds = matched_kl({k: gold_curves[k] for k in pair})
             answer_target = min(answer_curves[k][-1][0] for k in pair)
@@ -119,11 +133,11 @@ def main() -> None:
         return None if a is None or b is None else a - b
 
     keys = ("gold_score", "answer_accuracy", "kl", "length")
-    summary = {"seeds": seeds, "overrides": args.overrides,
+    summary = {"algorithm": args.algorithm, "seeds": seeds, "overrides": args.overrides,
                "sft": {"gold_score": sft_gold["gold_score"], "answer_accuracy": sft_answer["gold_score"]},
-               "final": {kind: {k: over_seeds([per_seed[s][kind][k] for s in seeds]) for k in keys} for kind in PRESETS},
+               "final": {kind: {k: over_seeds([per_seed[s][kind][k] for s in seeds]) for k in keys} for kind in runs},
                "matched": {}}
-    for kind in PRMS:
+    for kind in compared:
         v = [per_seed[s][kind]["vs_outcome_rm"] for s in seeds]
         summary["matched"][kind] = {
             "matched_kl": over_seeds([x["matched_kl"] for x in v]),
@@ -140,16 +154,16 @@ def main() -> None:
         ci = stat.get("ci95")
         return f"{stat['mean']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
-    lines = ["| PRM form | matched KL | PRM gold | outcome RM gold | PRM − RM (paired) | training answer accuracy, PRM "
+    lines = ["| run | matched KL | PRM gold | outcome RM gold | PRM − RM (paired) | training answer accuracy, PRM "
              "/ RM |", "| --- | --- | --- | --- | --- | --- |"]
-    for kind in PRMS:
+    for kind in compared:
         m = summary["matched"][kind]
         lines.append(f"| {kind} | {cell(m['matched_kl'])} | {cell(m['gold'])} | {cell(m['outcome_rm_gold'])} | "
                      f"{cell(m['gold_difference'])} {[round(x, 3) for x in m['gold_difference']['values']]} | "
                      f"{cell(m['train_answer'])} / {cell(m['outcome_rm_train_answer'])} |")
     lines += ["", "| reward | final held-out gold | final answer accuracy | final KL | length |",
               "| --- | --- | --- | --- | --- |"]
-    for kind in PRESETS:
+    for kind in runs:
         f = summary["final"][kind]
         lines.append(f"| {kind} | {cell(f['gold_score'])} | {cell(f['answer_accuracy'])} | {cell(f['kl'])} "
                      f"{[round(x, 2) for x in f['kl']['values']]} | {cell(f['length'])} |")

@@ -85,12 +85,12 @@ def test_the_presets_load_and_point_at_the_task(name, cls):
     assert getattr(cfg, "step_separator", world.SEPARATOR) == world.SEPARATOR
 
 
-@pytest.mark.parametrize("name, term", [("steps_ppo", "prm"), ("steps_ppo_rm", "models")])
-def test_the_ppo_presets_load_with_their_reward(name, term):
+@pytest.mark.parametrize("name, term", [("steps_ppo", "prm"), ("steps_ppo_rm", "models"), ("steps_grpo", "prm")])
+def test_the_rl_presets_load_with_their_reward(name, term):
     from pathlib import Path
 
     from tether.config import RLConfig, load_config
 
     cfg = load_config(RLConfig, Path(__file__).parents[3] / "configs" / "demo" / f"{name}.yaml")
-    assert cfg.algorithm == "ppo" and cfg.prompts.startswith("runs/steps/task/")
+    assert cfg.algorithm == name.split("_")[1] and cfg.prompts.startswith("runs/steps/task/")
     assert getattr(cfg.reward.terms[0], term) and cfg.reward.terms[1].weight == 0

@@ -13,6 +13,7 @@ from tether.registry.algorithms import algorithm_spec
 from tether.config.base import FLOAT32_MAX, option, section
 from tether.config.common import MICRO_BATCH_TOKENS_HELP, CPUConfig, LoRAConfig, OptimizerConfig, check_micro_batches
 from tether.config.reward_terms import RewardTermConfig
+from tether.registry.rewards import kind_of
 from tether.common.errors import ConfigError
 
 
@@ -91,6 +92,31 @@ class RewardSourceConfig:
                     raise ConfigError(f"Config key 'reward.terms[{i}].name' = {term.name!r}: with normalised or "
                                       f"limited terms each term is logged as objective/<name>, and objective/"
                                       f"{term.name} is the loop's own metric; rename the term.")
+
+    def dense_terms(self) -> list[int]:
+        """The terms whose kind gives rewards at token positions (its registry entry's ``dense``: a PRM)."""
+        return [i for i, term in enumerate(self.terms) if kind_of(term, f"reward.terms[{i}]").dense]
+
+    def check_dense_terms(self, algorithm: str) -> None:
+        """Where ``algorithm`` reads rewards per token, the dense terms' rewards go to their tokens
+        unweighed by anything that acts on the sequence score: refuse the settings that would then
+        scale or clip the other terms only (a dense term's normalize or limit, the score's normalize
+        or clip)."""
+        dense = self.dense_terms()
+        for i in dense:
+            term = self.terms[i]
+            for leaf, value, default in (("normalize", term.normalize, False), ("limit", term.limit, None)):
+                if value != default:
+                    raise ConfigError(f"Config key 'reward.terms[{i}].{leaf}' = {value!r}: term {term.name!r} gives "
+                                      f"rewards per token, which algorithm={algorithm} takes where they fall; "
+                                      f"{leaf} acts on a sequence score, so it would not reach them. Drop it "
+                                      "(weight scales the term).")
+        for leaf, value, default in (("normalize", self.normalize, "none"), ("clip", self.clip, None)):
+            if value != default:
+                raise ConfigError(f"Config key 'reward.{leaf}' = {value!r}: reward term(s) "
+                                  f"{', '.join(repr(self.terms[i].name) for i in dense)} give rewards per token, "
+                                  f"which algorithm={algorithm} takes where they fall; reward.{leaf} acts on the "
+                                  "sequence score only, so it would scale the other terms and not these. Drop it.")
 
     def model_sources(self) -> list[tuple[str, str]]:
         """(checkpoint, config key) of every reward model the reward loads: reward.models, or each

@@ -21,7 +21,6 @@ from tether.config.common import (
     refuse_inert_lora,
 )
 from tether.registry.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, algorithm_spec
-from tether.registry.rewards import kind_of
 from tether.common.errors import ConfigError
 from tether.registry.engines import ENGINES, engine_spec
 from tether.config.health import HealthConfig
@@ -338,14 +337,14 @@ class RLConfig:
             raise ConfigError(f"Config key 'group.advantage' = {self.group.advantage} is set with algorithm="
                               f"{self.algorithm}, which does not read it (process supervision is GRPO's: its "
                               "registry entry's process_advantages); drop the key.")
-        dense_terms = [i for i, term in enumerate(self.reward.terms) if kind_of(term, f"reward.terms[{i}]").dense]
+        dense_terms = self.reward.dense_terms()
         if self.group.advantage == "process" and not self.environment.enabled and not dense_terms:
             raise ConfigError("Config key 'group.advantage' = process: the steps are an environment's turns or a "
                               "process reward model's steps (a reward.terms entry with prm), each with its reward; "
                               "there is neither (one step per response: process supervision would be outcome "
                               "supervision). Set an environment or a prm term, or drop the key.")
         if dense_terms and (spec.dense_rewards or (spec.process_advantages and self.group.advantage == "process")):
-            check_dense_terms(self, dense_terms)
+            self.reward.check_dense_terms(self.algorithm)
         for other in ALGORITHMS.values():  # a block only one algorithm reads
             if other.config_block and other.name != self.algorithm:
                 refuse_inert(self, [other.config_block], f"with algorithm={self.algorithm}; only {other.name} reads it")
@@ -480,22 +479,3 @@ def inert_rl_settings(cfg: RLConfig) -> list[tuple[tuple[str, ...], str]]:
 
 __all__ = ["SFTConfig", "RewardModelConfig", "RLConfig", "DPOConfig", "SimPOConfig", "ORPOConfig"]
 
-
-def check_dense_terms(cfg, dense_terms: list[int]) -> None:
-    """Where the algorithm reads rewards per token, a dense term's (a PRM's) rewards go to their tokens
-    unweighed by anything that acts on the sequence score: refuse the settings that would then scale
-    or clip the other terms only (the term's own normalize or limit, the score's normalize or clip)."""
-    for i in dense_terms:
-        term = cfg.reward.terms[i]
-        for leaf, value, default in (("normalize", term.normalize, False), ("limit", term.limit, None)):
-            if value != default:
-                raise ConfigError(f"Config key 'reward.terms[{i}].{leaf}' = {value!r}: term {term.name!r} gives "
-                                  f"rewards per token, which algorithm={cfg.algorithm} takes where they fall; "
-                                  f"{leaf} acts on a sequence score, so it would not reach them. Drop it (weight "
-                                  "scales the term).")
-    for leaf, value, default in (("normalize", cfg.reward.normalize, "none"), ("clip", cfg.reward.clip, None)):
-        if value != default:
-            raise ConfigError(f"Config key 'reward.{leaf}' = {value!r}: reward term(s) "
-                              f"{', '.join(repr(cfg.reward.terms[i].name) for i in dense_terms)} give rewards per "
-                              f"token, which algorithm={cfg.algorithm} takes where they fall; reward.{leaf} acts on "
-                              "the sequence score only, so it would scale the other terms and not these. Drop it.")

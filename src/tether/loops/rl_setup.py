@@ -144,7 +144,7 @@ def score_rollout(reward, rollout, cfg: RLConfig, device, objectives: RewardObje
     if reward is None:  # an algorithm trained without a reward (its registry entry's needs_reward)
         return torch.zeros(len(rollout.responses), device=device), {}, rollout
     objectives = objectives if objectives is not None else RewardObjectives(cfg.reward.terms)
-    dense = dense_term_columns(cfg) if reads_dense_rewards(cfg) else []
+    dense = cfg.reward.dense_terms() if reads_dense_rewards(cfg) else []
     if dense:
         per_term, tokens = reward.score_terms_and_tokens(rollout)
         rollout = with_token_rewards(rollout, tokens)
@@ -156,11 +156,6 @@ def score_rollout(reward, rollout, cfg: RLConfig, device, objectives: RewardObje
     if reward_reports(cfg):
         logged.update(reward.metrics())
     return score.to(device), {**logged, **stats}, rollout
-
-
-def dense_term_columns(cfg: RLConfig) -> list[int]:
-    """The ``reward.terms`` whose kind gives rewards at token positions (its registry entry's ``dense``)."""
-    return [i for i, term in enumerate(cfg.reward.terms) if kind_of(term, f"reward.terms[{i}]").dense]
 
 
 def with_token_rewards(rollout: Rollout, tokens: torch.Tensor) -> Rollout:

@@ -202,7 +202,8 @@ def activation_bytes(shape: Shape, tokens: int, compute: int, checkpointing: boo
     return kept + working
 
 
-def activation_split(shape: Shape, tokens: int, compute: int, checkpointing: bool, residual: int = 4) -> tuple[int, int]:
+def activation_split(shape: Shape, tokens: int, compute: int, checkpointing: bool,
+                     residual: int = 4) -> tuple[int, int]:
     """:func:`activation_bytes` as (kept, working): what the forward leaves for the backward (every
     layer's activations, or each layer's input under checkpointing, and the embedding output and
     the final norm's input and output) and the trunk's backward working set (one layer's gradients,
@@ -409,7 +410,8 @@ def _supervised_transients(shape: Shape, trained: RoleSize, run: Workload) -> di
     tokens = passes.sequences * micro * run.seq
     if passes.head == "tokens":  # every position: SFT through tether.models.forward.sequence_logprobs
         positions = micro * (run.seq - 1)
-        head = head_bytes(positions, v, True, False, chunk) if chunk else sft_head_bytes(positions, v, _compute(run), run.device)
+        head = (head_bytes(positions, v, True, False, chunk) if chunk
+                else sft_head_bytes(positions, v, _compute(run), run.device))
     elif passes.head == "score":  # a scalar head at the last token only
         head = 0
     else:  # log-probs at the response positions

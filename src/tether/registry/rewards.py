@@ -151,7 +151,8 @@ register_reward_kind(RewardKindSpec(
 register_reward_kind(RewardKindSpec(
     "prm", "tether.roles.sources:build_process_reward", "tether.plan.rl_inputs:plan_process_reward",
     "a process reward model (`tether prm`): a reward at every step's end (log sigmoid of its logit, or the "
-    "logit), dense where the algorithm reads rewards per token, their sum otherwise", ("prm_reward",), loads_models=True, dense=True))
+    "logit), dense where the algorithm reads rewards per token, their sum otherwise", ("prm_reward",),
+    loads_models=True, dense=True))
 register_reward_kind(RewardKindSpec(
     "length_penalty", "tether.roles.sources:build_length_penalty", "tether.plan.rl_inputs:plan_length_penalty",
     "-coef per response token beyond length_target", ("length_target",)))

@@ -35,6 +35,7 @@ from tether.common.dispatch import rows
 from tether.common.errors import ConfigError
 from tether.models import score_offset
 from tether.models.forward import scalar_outputs
+from tether.roles.reward import OneTerm
 from tether.types import Rollout
 
 
@@ -44,7 +45,7 @@ from tether.types import Rollout
 FORMS = ("logit", "log_prob")
 
 
-def step_end_scores(per_position: Tensor, ends: Tensor, form: str = "logit") -> Tensor:
+def step_end_scores(per_position: Tensor, ends: Tensor, form: str = "log_prob") -> Tensor:
     """(B, A) the step rewards at the step ends, 0 elsewhere. per_position (B, A): the PRM's head (a
     logit) at every response position; ends (B, A) bool: the steps' last tokens; ``form``: one of
     :data:`FORMS`."""
@@ -56,7 +57,7 @@ def step_end_scores(per_position: Tensor, ends: Tensor, form: str = "logit") -> 
     return torch.where(ends, values, torch.zeros_like(values))
 
 
-class ProcessReward:
+class ProcessReward(OneTerm):
     """A frozen PRM scoring each step of a response (module docstring). Takes an
     :class:`~tether.engines.InferenceEngine` holding the PRM and the separator's token id(s)."""
 
@@ -87,10 +88,6 @@ class ProcessReward:
     def score(self, rollout: Rollout) -> Tensor:
         """(B,) the sum of the response's step scores."""
         return self.token_scores(rollout).sum(dim=1)
-
-    @rows
-    def score_terms(self, rollout: Rollout) -> Tensor:
-        return self.score(rollout)[:, None]
 
 
 def separator_of(config, path: str, key: str, tokenizer) -> list[int]:

@@ -57,7 +57,8 @@ def cfg(algorithm: str, *extra):
 def test_step_end_scores_keep_the_ends_only():
     per_position = torch.tensor([[0.3, -0.2, 0.9], [1.0, 2.0, 3.0]])
     ends = torch.tensor([[False, True, True], [True, False, False]])
-    torch.testing.assert_close(step_end_scores(per_position, ends), torch.tensor([[0.0, -0.2, 0.9], [1.0, 0.0, 0.0]]))
+    torch.testing.assert_close(step_end_scores(per_position, ends, "logit"),
+                               torch.tensor([[0.0, -0.2, 0.9], [1.0, 0.0, 0.0]]))
     # log_prob: log sigmoid(s) = -log(1 + e^-s): s = 0 gives log 0.5; every step reward <= 0.
     log_prob = step_end_scores(torch.tensor([[0.0, 2.0, -2.0]]), torch.tensor([[True, True, False]]), "log_prob")
     torch.testing.assert_close(log_prob, torch.tensor([[-0.693147, -0.126928, 0.0]]), atol=1e-6, rtol=0)
